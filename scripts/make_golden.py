@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""Builds tiny random-weight Gemma-4 checkpoints with transformers and writes their goldens.
+
+Every golden comes from the reference implementation (HF transformers, float32, eager attention),
+never from g4. Usage (a venv outside the repo keeps torch out of the tree):
+
+    python3 -m venv /tmp/g4-golden && /tmp/g4-golden/bin/pip install torch==2.11.0 \
+        transformers==5.24.0 safetensors==0.7.0
+    /tmp/g4-golden/bin/python scripts/make_golden.py [--out golden] [--only NAME ...]
+
+Each variant lands in golden/<name>/: model/ (config.json, safetensors, generation_config.json)
+and golden.json (format g4-golden/1). Together the variants cover every branch of
+GEMMA4_TEXT.md: both layer patterns, sliding windows much shorter than the prompts, proportional
+RoPE, PLE on and off, KV sharing, double-wide MLP, k_eq_v, MoE, both checkpoint layouts, both
+config eras, f32 and bf16 storage, sharded files, dead consumer K/V weights and ignored tower
+tensors.
+"""
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers import Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
+from transformers import GenerationConfig
+
+REQUIRED_TRANSFORMERS = "5.24.0"
+MIN_MARGIN = 1e-3  # top-1 / top-2 logprob gap every golden step must keep (GEMMA4_TEXT.md §9)
+TOP_K = 5
+
+S, F = "sliding_attention", "full_attention"
+
+BASE = dict(
+    vocab_size=512, vocab_size_per_layer_input=512, hidden_size=64, intermediate_size=128,
+    num_attention_heads=4, head_dim=16, sliding_window=8, final_logit_softcapping=30.0,
+    max_position_embeddings=512, pad_token_id=0, bos_token_id=2, eos_token_id=1,
+    tie_word_embeddings=True, rms_norm_eps=1e-6,
+)
+
+# name -> (text config overrides, options)
+VARIANTS = {
+    # E2B-like: 4 sliding : 1 full, one KV head, KV sharing, double-wide MLP on consumers, PLE.
+    "e2b-style": (dict(
+        num_hidden_layers=10, layer_types=[S, S, S, S, F] * 2, num_key_value_heads=1,
+        global_head_dim=32, hidden_size_per_layer_input=8, num_kv_shared_layers=4,
+        use_double_wide_mlp=True,
+    ), dict(layout="text_only", storage="float32")),
+    # E4B-like: 5:1, two KV heads, KV sharing, PLE; multimodal layout, weights stored in bf16.
+    "e4b-style-bf16": (dict(
+        num_hidden_layers=12, layer_types=[S, S, S, S, S, F] * 2, num_key_value_heads=2,
+        global_head_dim=32, hidden_size_per_layer_input=8, num_kv_shared_layers=4,
+    ), dict(layout="multimodal", storage="bfloat16")),
+    # 26B-A4B-like: MoE + k_eq_v, no PLE; no layer_types in config.json (default 5:1 pattern);
+    # sharded safetensors with an index.
+    "moe-keqv": (dict(
+        num_hidden_layers=6, num_key_value_heads=2, global_head_dim=32, num_global_key_value_heads=1,
+        attention_k_eq_v=True, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4,
+        top_k_experts=2, moe_intermediate_size=32,
+    ), dict(layout="text_only", storage="float32", drop_layer_types=True, max_shard_size="300KB")),
+    # Every branch at once, saved the way Google's released checkpoints look: multimodal layout,
+    # flat global_head_dim fields (no per_layer_config), eos [1, 106], dead K/V weights on
+    # consumer layers and tower tensors the text model must ignore.
+    "released-combo": (dict(
+        num_hidden_layers=6, layer_types=[S, S, F, S, S, F], num_key_value_heads=2, global_head_dim=32,
+        num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=8,
+        num_kv_shared_layers=2, use_double_wide_mlp=True, enable_moe_block=True, num_experts=4,
+        top_k_experts=2, moe_intermediate_size=32,
+    ), dict(layout="multimodal", storage="float32", released_style=True)),
+}
+
+# (case name, prompt length, new tokens); prompts are drawn from a seeded generator and redrawn
+# until every step keeps MIN_MARGIN.
+CASES = [("short", 5, 16), ("medium", 20, 24), ("long", 45, 32)]
+
+
+def fill_weights(model, seed):
+    """Non-trivial values everywhere, so that no norm, scalar or scale can hide a bug at 1."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+            if not tensor.is_floating_point() or "inv_freq" in name or "embed_scale" in name:
+                continue
+            if name.endswith("layer_scalar"):
+                tensor.copy_(torch.rand(tensor.shape, generator=gen) + 0.5)
+            elif tensor.dim() == 1 or name.endswith("router.scale"):
+                tensor.copy_(1.0 + 0.2 * torch.randn(tensor.shape, generator=gen))
+            elif "embed_tokens" in name:
+                tensor.copy_(0.05 * torch.randn(tensor.shape, generator=gen))
+            else:
+                tensor.copy_(0.25 * torch.randn(tensor.shape, generator=gen))
+
+
+def greedy_with_scores(model, prompt, new_tokens):
+    ids = torch.tensor([prompt])
+    out = model.generate(
+        ids, do_sample=False, max_new_tokens=new_tokens, output_scores=True, return_dict_in_generate=True,
+        generation_config=GenerationConfig(eos_token_id=None, pad_token_id=0, do_sample=False),
+    )
+    tokens = out.sequences[0, len(prompt):].tolist()
+    logprobs = [torch.log_softmax(s[0].double(), dim=-1) for s in out.scores]
+    return tokens, logprobs
+
+
+def cache_free_greedy(model, prompt, new_tokens):
+    """Recomputes every position each step: an independent check of HF's own cached path."""
+    seq = list(prompt)
+    for _ in range(new_tokens):
+        logits = model(torch.tensor([seq]), use_cache=False).logits[0, -1]
+        seq.append(int(logits.argmax()))
+    return seq[len(prompt):]
+
+
+def make_case(model, name, length, new_tokens, seed, vocab):
+    gen = torch.Generator().manual_seed(seed)
+    for attempt in range(50):
+        prompt = [2] + torch.randint(3, vocab, (length - 1,), generator=gen).tolist()
+        tokens, logprobs = greedy_with_scores(model, prompt, new_tokens)
+        top = [lp.topk(TOP_K) for lp in logprobs]
+        margins = [float(t.values[0] - t.values[1]) for t in top]
+        if min(margins) < MIN_MARGIN:
+            continue
+        if cache_free_greedy(model, prompt, new_tokens) != tokens:
+            raise SystemExit(f"{name}: HF cached and cache-free greedy disagree; refusing to write a golden")
+        return {
+            "name": name,
+            "prompt_ids": prompt,
+            "expected_ids": tokens,
+            "top_logprobs": [[[int(i), round(float(v), 6)] for v, i in zip(t.values, t.indices)] for t in top],
+            "min_margin": round(min(margins), 6),
+            "prompt_attempt": attempt,
+        }
+    raise SystemExit(f"{name}: no prompt with margins >= {MIN_MARGIN} in 50 attempts")
+
+
+def released_style(model_dir, text_cfg, shared_layers):
+    """Rewrites a saved multimodal checkpoint into the shape of Google's released files."""
+    cfg_path = model_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    text = cfg["text_config"]
+    text.pop("per_layer_config", None)
+    text["global_head_dim"] = text_cfg["global_head_dim"]
+    text["num_global_key_value_heads"] = text_cfg.get("num_global_key_value_heads")
+    cfg["eos_token_id"] = [1, 106]
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+    st_path = model_dir / "model.safetensors"
+    tensors = load_file(st_path)
+    gen = torch.Generator().manual_seed(99)
+    prefix = "model.language_model.layers"
+    h, kvh, hd = text_cfg["hidden_size"], text_cfg["num_key_value_heads"], text_cfg["head_dim"]
+    for i in shared_layers:
+        full = text_cfg["layer_types"][i] == F
+        d = text_cfg["global_head_dim"] if full else hd
+        heads = text_cfg.get("num_global_key_value_heads", kvh) if full else kvh
+        # Dead weights: if g4 used them, the output would change.
+        tensors[f"{prefix}.{i}.self_attn.k_proj.weight"] = torch.randn(heads * d, h, generator=gen)
+        tensors[f"{prefix}.{i}.self_attn.v_proj.weight"] = torch.randn(heads * d, h, generator=gen)
+        tensors[f"{prefix}.{i}.self_attn.k_norm.weight"] = torch.randn(d, generator=gen)
+    tensors["model.vision_tower.encoder.layers.0.mlp.fc1.weight"] = torch.randn(16, 8, generator=gen)
+    tensors["model.embed_vision.embedding_projection.weight"] = torch.randn(64, 8, generator=gen)
+    save_file(tensors, st_path, metadata={"format": "pt"})
+
+
+def build(name, overrides, opts, out_root, seed):
+    text_cfg = dict(BASE, **overrides)
+    config = Gemma4TextConfig(**text_cfg)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = Gemma4ForCausalLM(config).eval()
+    fill_weights(model, seed)
+    if opts["storage"] == "bfloat16":
+        # The reference runs in f32 on exactly the values that are stored.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
+            for n, b in model.named_buffers():
+                if n.endswith("layer_scalar"):
+                    b.copy_(b.to(torch.bfloat16).float())
+
+    if opts["layout"] == "multimodal":
+        mm_cfg = Gemma4Config(text_config=config.to_dict(), vision_config=None, audio_config=None)
+        mm_cfg.text_config._attn_implementation = "eager"
+        mm_cfg._attn_implementation = "eager"
+        reference = Gemma4ForConditionalGeneration(mm_cfg).eval()
+        missing, unexpected = reference.model.language_model.load_state_dict(model.model.state_dict(), strict=False)
+        if [m for m in missing if "inv_freq" not in m and "embed_scale" not in m] or unexpected:
+            raise SystemExit(f"{name}: weight copy into the multimodal layout failed: {missing} {unexpected}")
+    else:
+        reference = model
+
+    out = out_root / name
+    model_dir = out / "model"
+    shutil.rmtree(out, ignore_errors=True)
+    model_dir.mkdir(parents=True)
+    vocab = text_cfg["vocab_size"]
+    cases = [make_case(reference, case, length, new, seed * 100 + i, vocab)
+             for i, (case, length, new) in enumerate(CASES)]
+
+    saved = reference.to(torch.bfloat16) if opts["storage"] == "bfloat16" else reference
+    saved.save_pretrained(model_dir, max_shard_size=opts.get("max_shard_size", "50GB"))
+    if opts.get("drop_layer_types"):
+        cfg_path = model_dir / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg.pop("layer_types")
+        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    if opts.get("released_style"):
+        shared = range(text_cfg["num_hidden_layers"] - text_cfg.get("num_kv_shared_layers", 0),
+                       text_cfg["num_hidden_layers"])
+        released_style(model_dir, text_cfg, shared)
+
+    golden = {
+        "format": "g4-golden/1",
+        "model": "model",
+        "reference": {"implementation": "transformers", "version": transformers.__version__,
+                      "torch": torch.__version__, "dtype": "float32", "attention": "eager"},
+        "variant": {"name": name, "layout": opts["layout"], "storage": opts["storage"],
+                    "text_config": overrides},
+        "cases": cases,
+    }
+    (out / "golden.json").write_text(json.dumps(golden, indent=1) + "\n")
+    margins = ", ".join(f"{c['name']} {c['min_margin']:.4f}" for c in cases)
+    print(f"{name}: {len(cases)} cases, min margins {margins}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="golden", type=Path)
+    parser.add_argument("--only", nargs="*", help="variants to (re)build")
+    parser.add_argument("--seed", default=1234, type=int)
+    args = parser.parse_args()
+    if transformers.__version__ != REQUIRED_TRANSFORMERS:
+        raise SystemExit(f"transformers {transformers.__version__} found; goldens are pinned to {REQUIRED_TRANSFORMERS}")
+    torch.set_grad_enabled(False)
+    for i, (name, (overrides, opts)) in enumerate(VARIANTS.items()):
+        if args.only and name not in args.only:
+            continue
+        build(name, overrides, opts, args.out, args.seed + i)
+
+
+if __name__ == "__main__":
+    main()

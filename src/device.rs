@@ -1,0 +1,90 @@
+//! `--device` and `--dtype` parsing, and what g4 knows about the device it runs on.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device};
+
+/// Parses `cpu`, `cuda`, `cuda:N`, `metal` or `metal:N` and opens the device.
+pub fn open_device(spec: &str) -> Result<Device> {
+    let (kind, ordinal) = match spec.split_once(':') {
+        Some((kind, n)) => {
+            let n: usize = n
+                .parse()
+                .with_context(|| format!("--device {spec}: '{n}' is not a device number"))?;
+            (kind, n)
+        }
+        None => (spec, 0),
+    };
+    match kind {
+        "cpu" if ordinal == 0 => Ok(Device::Cpu),
+        "cuda" if !cfg!(feature = "cuda") => bail!(
+            "--device {spec}: this g4 was built without CUDA support; rebuild with --features cuda (see scripts/build-cuda.sh)"
+        ),
+        "metal" if !cfg!(feature = "metal") => bail!(
+            "--device {spec}: this g4 was built without Metal support; rebuild with --features metal"
+        ),
+        "cuda" => Device::new_cuda(ordinal)
+            .map_err(|e| anyhow::anyhow!("--device {spec}: cannot open CUDA device {ordinal}: {e}")),
+        "metal" => Device::new_metal(ordinal)
+            .map_err(|e| anyhow::anyhow!("--device {spec}: cannot open Metal device {ordinal}: {e}")),
+        _ => bail!("--device {spec}: unknown device; expected cpu, cuda, cuda:N, metal or metal:N"),
+    }
+}
+
+/// Parses `f32`, `bf16` or `f16` (also the torch spellings `float32`, `bfloat16`, `float16`).
+pub fn parse_dtype(spec: &str) -> Result<DType> {
+    match spec {
+        "f32" | "float32" => Ok(DType::F32),
+        "bf16" | "bfloat16" => Ok(DType::BF16),
+        "f16" | "float16" => Ok(DType::F16),
+        _ => bail!("--dtype {spec}: unsupported compute dtype; expected f32, bf16 or f16"),
+    }
+}
+
+pub fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => other.as_str(),
+    }
+}
+
+/// A short human name of the device, e.g. `cpu` or `cuda:0`.
+pub fn device_name(device: &Device) -> String {
+    match device {
+        Device::Cpu => "cpu".to_string(),
+        Device::Cuda(_) => format!("cuda:{}", device_ordinal(device)),
+        Device::Metal(_) => format!("metal:{}", device_ordinal(device)),
+    }
+}
+
+fn device_ordinal(device: &Device) -> usize {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => 0,
+        candle_core::DeviceLocation::Cuda { gpu_id } | candle_core::DeviceLocation::Metal { gpu_id } => gpu_id,
+    }
+}
+
+/// The CUDA compute capability of `device`, when it is a CUDA device g4 can query.
+pub fn compute_capability(device: &Device) -> Option<(u32, u32)> {
+    match device {
+        Device::Cuda(_) => cuda_compute_capability(device_ordinal(device)),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_compute_capability(ordinal: usize) -> Option<(u32, u32)> {
+    use candle_core::cuda::cudarc::driver::{result, sys::CUdevice_attribute};
+    result::init().ok()?;
+    let dev = result::device::get(ordinal as i32).ok()?;
+    let get = |attr| unsafe { result::device::get_attribute(dev, attr) }.ok();
+    let major = get(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = get(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Some((major as u32, minor as u32))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_compute_capability(_ordinal: usize) -> Option<(u32, u32)> {
+    None
+}

@@ -1,0 +1,78 @@
+//! `attention`: `softmax(q·kᵀ·scale + mask) · v` with GQA by contiguous groups (query head j
+//! reads KV head j ÷ (heads / kv_heads)). Gemma-4 uses scale 1.0; the sliding-window and causal
+//! rules arrive as an additive f32 mask `[S, T]` (absent when every key is visible, as in decode).
+//! Softmax runs in f32, as the reference's eager attention does.
+
+use super::{arm_for, missing_dispatch, Arm, Op};
+use candle_core::{DType, Result, Tensor};
+
+const OP: Op = Op::Attention;
+
+/// `q [B, heads, S, D]`, `k, v [B, kv_heads, T, D]`, `mask [S, T]` → `[B, heads, S, D]`.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+    match arm_for(OP, q.device(), q.dtype()) {
+        Arm::Composed => composed(q, k, v, mask, scale),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+    let (batch, heads, seq, head_dim) = q.dims4()?;
+    let (_, kv_heads, keys, _) = k.dims4()?;
+    let group = heads / kv_heads;
+    // Folding each KV head's query group into the row axis avoids materialising repeat_kv.
+    let q = q.contiguous()?.reshape((batch, kv_heads, group * seq, head_dim))?;
+    let scores = q.matmul(&k.t()?)?;
+    let scores = if scale == 1.0 { scores } else { scores.affine(scale, 0.0)? };
+    let scores = scores
+        .to_dtype(DType::F32)?
+        .reshape((batch, kv_heads, group, seq, keys))?;
+    let scores = match mask {
+        Some(mask) => scores.broadcast_add(mask)?,
+        None => scores,
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?
+        .to_dtype(v.dtype())?
+        .reshape((batch, kv_heads, group * seq, keys))?;
+    probs.matmul(&v.contiguous()?)?.reshape((batch, heads, seq, head_dim))
+}
+
+/// One batch: `q [heads, S, D]`, `k, v [kv_heads, T, D]`, `mask [S, T]` (−∞ hides a key).
+#[allow(clippy::too_many_arguments)]
+pub fn reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    mask: &[f64],
+    heads: usize,
+    kv_heads: usize,
+    seq: usize,
+    keys: usize,
+    d: usize,
+    scale: f64,
+) -> Vec<f64> {
+    let group = heads / kv_heads;
+    let mut out = vec![0.0; heads * seq * d];
+    for h in 0..heads {
+        let kvh = h / group;
+        for s in 0..seq {
+            let qrow = &q[(h * seq + s) * d..][..d];
+            let scores: Vec<f64> = (0..keys)
+                .map(|t| {
+                    let krow = &k[(kvh * keys + t) * d..][..d];
+                    qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f64>() * scale + mask[s * keys + t]
+                })
+                .collect();
+            let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let exps: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+            let total: f64 = exps.iter().sum();
+            for t in 0..keys {
+                let p = exps[t] / total;
+                for j in 0..d {
+                    out[(h * seq + s) * d + j] += p * v[(kvh * keys + t) * d + j];
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,26 @@
+//! `dequant_fp8_channel`: `W = f32(W_e4m3) × scale[row]`, cast to the compute dtype
+//! (compressed-tensors FP8 checkpoints store one scale per output channel).
+
+use super::{arm_for, missing_dispatch, Arm, Op};
+use candle_core::{DType, Result, Tensor};
+
+const OP: Op = Op::DequantFp8Channel;
+
+/// `weight [N, K]` in F8E4M3, `scale [N]` or `[N, 1]` → `[N, K]` in `dtype`.
+pub fn dequant_fp8_channel(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
+    match arm_for(OP, weight.device(), dtype) {
+        Arm::Composed => composed(weight, scale, dtype),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
+    let rows = weight.dim(0)?;
+    let scale = scale.to_dtype(DType::F32)?.reshape((rows, 1))?;
+    weight.to_dtype(DType::F32)?.broadcast_mul(&scale)?.to_dtype(dtype)
+}
+
+/// `weight [n, k]` (already decoded e4m3 values), `scale [n]`.
+pub fn reference(weight: &[f64], scale: &[f64], k: usize) -> Vec<f64> {
+    weight.chunks(k).zip(scale).flat_map(|(row, s)| row.iter().map(move |w| w * s)).collect()
+}

@@ -1,0 +1,22 @@
+//! `gelu_mul`: `gelu_tanh(gate) ⊙ up` over two separate tensors (dense MLP, PLE gate, MoE experts).
+
+use super::{arm_for, missing_dispatch, reference, Arm, Op};
+use candle_core::{Result, Tensor};
+
+const OP: Op = Op::GeluMul;
+
+pub fn gelu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    match arm_for(OP, gate.device(), gate.dtype()) {
+        Arm::Composed => composed(gate, up),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    // candle's `gelu` is the tanh approximation (`gelu_erf` is the exact one).
+    gate.gelu()? * up
+}
+
+pub fn reference(gate: &[f64], up: &[f64]) -> Vec<f64> {
+    gate.iter().zip(up).map(|(g, u)| reference::gelu_tanh(*g) * u).collect()
+}

@@ -1,0 +1,22 @@
+//! `moe_gather_rows`: the rows of X assigned to one expert.
+
+use super::{arm_for, missing_dispatch, Arm, Op};
+use candle_core::{Result, Tensor};
+
+const OP: Op = Op::MoeGatherRows;
+
+/// `x [N, H]`, `rows [R]` (u32) → `[R, H]`.
+pub fn moe_gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    match arm_for(OP, x.device(), x.dtype()) {
+        Arm::Composed => composed(x, rows),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    x.index_select(rows, 0)
+}
+
+pub fn reference(x: &[f64], cols: usize, rows: &[usize]) -> Vec<f64> {
+    rows.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].iter().copied()).collect()
+}

@@ -1,0 +1,21 @@
+//! `moe_zero`: a zeroed f32 accumulation buffer for the experts' weighted sum.
+
+use super::{arm_for, missing_dispatch, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor};
+
+const OP: Op = Op::MoeZero;
+
+pub fn moe_zero(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+    match arm_for(OP, device, DType::F32) {
+        Arm::Composed => composed(rows, cols, device),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+    Tensor::zeros((rows, cols), DType::F32, device)
+}
+
+pub fn reference(rows: usize, cols: usize) -> Vec<f64> {
+    vec![0.0; rows * cols]
+}

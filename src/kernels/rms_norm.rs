@@ -1,0 +1,35 @@
+//! `rms_norm`: Gemma-4 RMSNorm — f32 internally, plain weight (not 1+w), optional weightless form.
+//! The weight is applied in f32 before the cast back, as the reference does.
+
+use super::{arm_for, missing_dispatch, reference, Arm, Op};
+use candle_core::{DType, Result, Tensor, D};
+
+const OP: Op = Op::RmsNorm;
+
+pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    match arm_for(OP, x.device(), x.dtype()) {
+        Arm::Composed => composed(x, weight, eps),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    let xf = x.to_dtype(DType::F32)?;
+    let inv = xf
+        .sqr()?
+        .mean_keepdim(D::Minus1)?
+        .affine(1.0, eps)?
+        .sqrt()?
+        .recip()?;
+    let normed = xf.broadcast_mul(&inv)?;
+    let normed = match weight {
+        Some(w) => normed.broadcast_mul(&w.to_dtype(DType::F32)?)?,
+        None => normed,
+    };
+    normed.to_dtype(x.dtype())
+}
+
+/// `x [rows, cols]` row-major; `weight [cols]` or none.
+pub fn reference(x: &[f64], cols: usize, weight: Option<&[f64]>, eps: f64) -> Vec<f64> {
+    reference::map_rows(x, cols, |row| reference::rms_norm_row(row, weight, eps))
+}

@@ -1,0 +1,23 @@
+//! `rms_norm_plus_add`: `residual + rms_norm(x; w)` — the post-norm residual add of every branch.
+
+use super::{arm_for, missing_dispatch, reference, rms_norm, Arm, Op};
+use candle_core::{Result, Tensor};
+
+const OP: Op = Op::RmsNormPlusAdd;
+
+pub fn rms_norm_plus_add(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    match arm_for(OP, x.device(), x.dtype()) {
+        Arm::Composed => composed(residual, x, weight, eps),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+pub fn composed(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    residual + rms_norm::composed(x, Some(weight), eps)?
+}
+
+/// `residual, x [rows, cols]`, `weight [cols]`.
+pub fn reference(residual: &[f64], x: &[f64], cols: usize, weight: &[f64], eps: f64) -> Vec<f64> {
+    let normed = reference::map_rows(x, cols, |row| reference::rms_norm_row(row, Some(weight), eps));
+    residual.iter().zip(normed).map(|(r, n)| r + n).collect()
+}

@@ -1,0 +1,496 @@
+//! Gemma-4 text configuration: both checkpoint layouts (flat `gemma4_text` or nested under
+//! `text_config`), both config eras (flat `global_head_dim` / `num_global_key_value_heads`, or
+//! `per_layer_config`), every field of GEMMA4_TEXT.md §1 with its class default, and the
+//! per-layer quantities derived from them (§1.4).
+
+use anyhow::{bail, Context, Result};
+use serde_json::{Map, Value};
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    Sliding,
+    Full,
+}
+
+/// Where a layer's keys and values come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSource {
+    /// The layer projects its own K/V and owns a cache.
+    Own,
+    /// A KV-consumer layer: it reads the K/V its producer published in the same forward call.
+    SharedFrom(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSpec {
+    pub kind: LayerKind,
+    pub head_dim: usize,
+    pub kv_heads: usize,
+    /// Full layers of k_eq_v models have no `v_proj`: V is the raw K projection.
+    pub k_eq_v: bool,
+    pub kv_source: KvSource,
+    pub mlp_width: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeSpec {
+    pub theta: f64,
+    /// `proportional` RoPE divides the exponent by the whole head dim and zero-pads the
+    /// frequencies past `partial_rotary_factor`; `default` rotates every pair.
+    pub proportional: bool,
+    pub partial_rotary_factor: f64,
+    pub factor: f64,
+}
+
+impl RopeSpec {
+    /// The inverse frequencies for a head of `head_dim`, `head_dim / 2` of them, in f32 as the
+    /// reference computes them.
+    pub fn inv_freq(&self, head_dim: usize) -> Vec<f32> {
+        let half = head_dim / 2;
+        // The reference's `default` RoPE ignores partial_rotary_factor and factor.
+        let (rotated, factor) = if self.proportional {
+            ((self.partial_rotary_factor * head_dim as f64 / 2.0).floor() as usize, self.factor as f32)
+        } else {
+            (half, 1.0)
+        };
+        let theta = self.theta as f32;
+        (0..half)
+            .map(|k| {
+                if k < rotated {
+                    // The exponent divides by the whole head dim, not by 2·rotated.
+                    let exponent = (2 * k) as f32 / head_dim as f32;
+                    1.0 / theta.powf(exponent) / factor
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PleSpec {
+    /// `hidden_size_per_layer_input` (Dp).
+    pub width: usize,
+    /// `vocab_size_per_layer_input`.
+    pub vocab_size: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeSpec {
+    pub num_experts: usize,
+    pub top_k: usize,
+    pub expert_width: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointLayout {
+    /// `Gemma4ForCausalLM`: text fields at top level, tensors under `model.`.
+    TextOnly,
+    /// `Gemma4ForConditionalGeneration`: text fields under `text_config`, tensors under
+    /// `model.language_model.`.
+    Multimodal,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub layout: CheckpointLayout,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_attention_heads: usize,
+    pub rms_norm_eps: f64,
+    pub sliding_window: usize,
+    pub max_position_embeddings: usize,
+    pub final_logit_softcapping: Option<f64>,
+    pub tie_word_embeddings: bool,
+    pub rope_sliding: RopeSpec,
+    pub rope_full: RopeSpec,
+    pub ple: Option<PleSpec>,
+    pub moe: Option<MoeSpec>,
+    pub layers: Vec<LayerSpec>,
+    pub pad_token_id: u32,
+    pub bos_token_id: u32,
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl Config {
+    pub fn from_file(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let value: Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
+        Config::from_json(&value).with_context(|| format!("{}", path.display()))
+    }
+
+    pub fn from_json(root: &Value) -> Result<Config> {
+        let root = root.as_object().context("config must be a JSON object")?;
+        let (text, layout) = match root.get("text_config") {
+            Some(Value::Object(text)) => (text, CheckpointLayout::Multimodal),
+            Some(other) if !other.is_null() => bail!("text_config must be an object"),
+            _ => (root, CheckpointLayout::TextOnly),
+        };
+        let fields = Fields(text);
+        check_model_type(text)?;
+
+        let hidden_size = fields.usize_or("hidden_size", 2304)?;
+        let num_layers = fields.usize_or("num_hidden_layers", 30)?;
+        let num_attention_heads = fields.usize_or("num_attention_heads", 8)?;
+        let intermediate_size = fields.usize_or("intermediate_size", 9216)?;
+        let vocab_size = fields.usize_or("vocab_size", 262144)?;
+        for (name, value) in [
+            ("hidden_size", hidden_size),
+            ("num_hidden_layers", num_layers),
+            ("num_attention_heads", num_attention_heads),
+            ("intermediate_size", intermediate_size),
+            ("vocab_size", vocab_size),
+        ] {
+            if value == 0 {
+                bail!("{name} must be positive");
+            }
+        }
+
+        let activation = fields.string_or("hidden_activation", "gelu_pytorch_tanh")?;
+        if !matches!(activation.as_str(), "gelu_pytorch_tanh" | "gelu_tanh") {
+            bail!("hidden_activation '{activation}' is not supported (Gemma-4 uses gelu_pytorch_tanh)");
+        }
+        if fields.bool_or("attention_bias", false)? {
+            bail!("attention_bias = true is not supported: Gemma-4 has no attention biases");
+        }
+        // "vision" only affects image blocks; "all" would make the text stack bidirectional.
+        if text.get("use_bidirectional_attention").and_then(Value::as_str) == Some("all") {
+            bail!("use_bidirectional_attention = \"all\" is not supported for text generation");
+        }
+
+        let layer_kinds = layer_kinds(&fields, num_layers)?;
+        let (rope_sliding, rope_full) = rope_specs(&fields)?;
+        let ple = match text.get("hidden_size_per_layer_input") {
+            None => Some(256),
+            Some(Value::Null) => None,
+            Some(_) => Some(fields.usize_or("hidden_size_per_layer_input", 256)?).filter(|&w| w > 0),
+        }
+        .map(|width| -> Result<PleSpec> {
+            Ok(PleSpec { width, vocab_size: fields.usize_or("vocab_size_per_layer_input", 262144)? })
+        })
+        .transpose()?;
+
+        let moe = if fields.bool_or("enable_moe_block", false)? {
+            let spec = MoeSpec {
+                num_experts: fields.required_usize("num_experts", "enable_moe_block is true")?,
+                top_k: fields.required_usize("top_k_experts", "enable_moe_block is true")?,
+                expert_width: fields.required_usize("moe_intermediate_size", "enable_moe_block is true")?,
+            };
+            if spec.top_k == 0 || spec.top_k > spec.num_experts {
+                bail!("top_k_experts = {} must be in 1..={} (num_experts)", spec.top_k, spec.num_experts);
+            }
+            Some(spec)
+        } else {
+            None
+        };
+
+        let layers = layer_specs(&fields, &layer_kinds, num_attention_heads, intermediate_size)?;
+        let sliding_window = fields.usize_or("sliding_window", 512)?;
+        if sliding_window == 0 {
+            bail!("sliding_window must be positive");
+        }
+
+        // Token ids: the multimodal wrapper carries eos at top level (the -it models list 1 and 106).
+        let ids = |name: &str, default: u32| -> Result<Vec<u32>> {
+            let value = text.get(name).filter(|v| !v.is_null()).or_else(|| root.get(name).filter(|v| !v.is_null()));
+            token_ids(name, value, default)
+        };
+        let mut eos_token_ids = token_ids("eos_token_id", root.get("eos_token_id").filter(|v| !v.is_null()), 1)?;
+        for id in ids("eos_token_id", 1)? {
+            if !eos_token_ids.contains(&id) {
+                eos_token_ids.push(id);
+            }
+        }
+
+        Ok(Config {
+            layout,
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_attention_heads,
+            rms_norm_eps: fields.f64_or("rms_norm_eps", 1e-6)?,
+            sliding_window,
+            max_position_embeddings: fields.usize_or("max_position_embeddings", 131072)?,
+            final_logit_softcapping: fields.optional_f64("final_logit_softcapping")?,
+            tie_word_embeddings: match root.get("tie_word_embeddings").filter(|v| !v.is_null()) {
+                Some(_) => Fields(root).bool_or("tie_word_embeddings", true)?,
+                None => fields.bool_or("tie_word_embeddings", true)?,
+            },
+            rope_sliding,
+            rope_full,
+            ple,
+            moe,
+            layers,
+            pad_token_id: ids("pad_token_id", 0)?[0],
+            bos_token_id: ids("bos_token_id", 2)?[0],
+            eos_token_ids,
+        })
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn rope(&self, kind: LayerKind) -> &RopeSpec {
+        match kind {
+            LayerKind::Sliding => &self.rope_sliding,
+            LayerKind::Full => &self.rope_full,
+        }
+    }
+}
+
+fn check_model_type(text: &Map<String, Value>) -> Result<()> {
+    match text.get("model_type").and_then(Value::as_str) {
+        None | Some("gemma4_text") | Some("gemma4") => Ok(()),
+        Some(other) => bail!("model_type '{other}' is not a Gemma-4 text model (expected gemma4_text)"),
+    }
+}
+
+/// `layer_types` when given; otherwise every sixth layer is full. The last layer is always full.
+fn layer_kinds(fields: &Fields, num_layers: usize) -> Result<Vec<LayerKind>> {
+    let mut kinds = match fields.0.get("layer_types").filter(|v| !v.is_null()) {
+        Some(Value::Array(items)) => {
+            if items.len() != num_layers {
+                bail!("layer_types has {} entries but num_hidden_layers is {num_layers}", items.len());
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item.as_str() {
+                    Some("sliding_attention") => Ok(LayerKind::Sliding),
+                    Some("full_attention") => Ok(LayerKind::Full),
+                    _ => bail!("layer_types[{i}] = {item}: expected \"sliding_attention\" or \"full_attention\""),
+                })
+                .collect::<Result<Vec<_>>>()?
+        }
+        Some(other) => bail!("layer_types must be a list, got {other}"),
+        None => (0..num_layers)
+            .map(|i| if (i + 1) % 6 == 0 { LayerKind::Full } else { LayerKind::Sliding })
+            .collect(),
+    };
+    if let Some(last) = kinds.last_mut() {
+        *last = LayerKind::Full;
+    }
+    Ok(kinds)
+}
+
+fn rope_specs(fields: &Fields) -> Result<(RopeSpec, RopeSpec)> {
+    let default_sliding =
+        RopeSpec { theta: 10_000.0, proportional: false, partial_rotary_factor: 1.0, factor: 1.0 };
+    let default_full =
+        RopeSpec { theta: 1_000_000.0, proportional: true, partial_rotary_factor: 0.25, factor: 1.0 };
+    let Some(params) = fields.0.get("rope_parameters").filter(|v| !v.is_null()) else {
+        return Ok((default_sliding, default_full));
+    };
+    let params = params.as_object().context("rope_parameters must be an object keyed by layer type")?;
+    let parse = |key: &str, default: RopeSpec| -> Result<RopeSpec> {
+        let Some(entry) = params.get(key) else { return Ok(default) };
+        let entry = entry
+            .as_object()
+            .with_context(|| format!("rope_parameters.{key} must be an object"))?;
+        let f = Fields(entry);
+        let default_type = if default.proportional { "proportional" } else { "default" };
+        let proportional = match f.string_or("rope_type", default_type)?.as_str() {
+            "default" => false,
+            "proportional" => true,
+            other => bail!("rope_parameters.{key}.rope_type '{other}' is not supported (expected default or proportional)"),
+        };
+        Ok(RopeSpec {
+            theta: f.f64_or("rope_theta", default.theta).with_context(|| format!("rope_parameters.{key}"))?,
+            proportional,
+            partial_rotary_factor: f
+                .f64_or("partial_rotary_factor", 1.0)
+                .with_context(|| format!("rope_parameters.{key}"))?,
+            factor: f.f64_or("factor", 1.0).with_context(|| format!("rope_parameters.{key}"))?,
+        })
+    };
+    Ok((parse("sliding_attention", default_sliding)?, parse("full_attention", default_full)?))
+}
+
+fn layer_specs(
+    fields: &Fields,
+    kinds: &[LayerKind],
+    num_attention_heads: usize,
+    intermediate_size: usize,
+) -> Result<Vec<LayerSpec>> {
+    let num_layers = kinds.len();
+    let head_dim = fields.usize_or("head_dim", 256)?;
+    let kv_heads = fields.usize_or("num_key_value_heads", 4)?;
+    let k_eq_v = fields.bool_or("attention_k_eq_v", false)?;
+    // With `per_layer_config` (≥5.15 era) the flat global fields are ignored, as the reference
+    // ignores them: full layers take exactly what their entry overrides.
+    let overrides = per_layer_overrides(fields)?;
+    let (global_head_dim, global_kv_heads) = match &overrides {
+        Some(_) => (head_dim, kv_heads),
+        None => (
+            fields.usize_or("global_head_dim", 512)?,
+            match fields.optional_usize("num_global_key_value_heads")? {
+                Some(n) if k_eq_v => n,
+                _ => kv_heads,
+            },
+        ),
+    };
+    let overrides = overrides.unwrap_or_default();
+    let shared = fields.usize_or("num_kv_shared_layers", 0)?;
+    if shared >= num_layers {
+        bail!("num_kv_shared_layers = {shared} leaves no layer to produce K/V (num_hidden_layers = {num_layers})");
+    }
+    let first_consumer = num_layers - shared;
+    let double_wide = fields.bool_or("use_double_wide_mlp", false)?;
+
+    (0..num_layers)
+        .map(|i| {
+            let kind = kinds[i];
+            let full = kind == LayerKind::Full;
+            let (mut hd, mut kvh) = if full { (global_head_dim, global_kv_heads) } else { (head_dim, kv_heads) };
+            if let Some(o) = overrides.get(&i) {
+                hd = o.head_dim.unwrap_or(hd);
+                kvh = o.kv_heads.unwrap_or(kvh);
+            }
+            if hd == 0 || hd % 2 != 0 {
+                bail!("layer {i}: head_dim {hd} must be a positive even number");
+            }
+            if kvh == 0 || num_attention_heads % kvh != 0 {
+                bail!("layer {i}: num_attention_heads {num_attention_heads} is not a multiple of its {kvh} key/value heads");
+            }
+            let consumer = shared > 0 && i >= first_consumer;
+            let kv_source = if consumer {
+                let producer = (0..first_consumer).rev().find(|&j| kinds[j] == kind).with_context(|| {
+                    format!("layer {i} shares K/V but no earlier non-shared layer has its type {kind:?}")
+                })?;
+                KvSource::SharedFrom(producer)
+            } else {
+                KvSource::Own
+            };
+            Ok(LayerSpec {
+                kind,
+                head_dim: hd,
+                kv_heads: kvh,
+                k_eq_v: full && k_eq_v,
+                kv_source,
+                mlp_width: intermediate_size * if double_wide && consumer { 2 } else { 1 },
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .and_then(|specs| {
+            // A consumer attends with its producer's K/V, so their shapes must agree.
+            for (i, spec) in specs.iter().enumerate() {
+                if let KvSource::SharedFrom(p) = spec.kv_source {
+                    if (specs[p].head_dim, specs[p].kv_heads) != (spec.head_dim, spec.kv_heads) {
+                        bail!("layer {i} shares K/V with layer {p} but their head_dim/kv heads differ");
+                    }
+                }
+            }
+            Ok(specs)
+        })
+}
+
+#[derive(Default)]
+struct LayerOverride {
+    head_dim: Option<usize>,
+    kv_heads: Option<usize>,
+}
+
+/// The ≥5.15 `per_layer_config`: `{"<layer index>": {"head_dim": g, "num_key_value_heads": k}}`.
+fn per_layer_overrides(fields: &Fields) -> Result<Option<std::collections::HashMap<usize, LayerOverride>>> {
+    let mut out = std::collections::HashMap::new();
+    let Some(map) = fields.0.get("per_layer_config").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let map = map.as_object().context("per_layer_config must be an object keyed by layer index")?;
+    for (key, entry) in map {
+        let index: usize = key
+            .parse()
+            .with_context(|| format!("per_layer_config key '{key}' is not a layer index"))?;
+        let entry = entry
+            .as_object()
+            .with_context(|| format!("per_layer_config.{key} must be an object"))?;
+        let f = Fields(entry);
+        out.insert(
+            index,
+            LayerOverride {
+                head_dim: f.optional_usize("head_dim").with_context(|| format!("per_layer_config.{key}"))?,
+                kv_heads: f
+                    .optional_usize("num_key_value_heads")
+                    .with_context(|| format!("per_layer_config.{key}"))?,
+            },
+        );
+    }
+    Ok(Some(out))
+}
+
+fn token_ids(name: &str, value: Option<&Value>, default: u32) -> Result<Vec<u32>> {
+    let as_id = |v: &Value| -> Result<u32> {
+        v.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .with_context(|| format!("{name} must be a token id, got {v}"))
+    };
+    match value {
+        None => Ok(vec![default]),
+        Some(Value::Array(items)) if !items.is_empty() => items.iter().map(as_id).collect(),
+        Some(v) => Ok(vec![as_id(v)?]),
+    }
+}
+
+/// Typed access to config fields with the field named in every error.
+struct Fields<'a>(&'a Map<String, Value>);
+
+impl Fields<'_> {
+    fn present(&self, name: &str) -> Option<&Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn optional_usize(&self, name: &str) -> Result<Option<usize>> {
+        self.present(name)
+            .map(|v| {
+                v.as_u64()
+                    .map(|n| n as usize)
+                    .with_context(|| format!("{name} must be a non-negative integer, got {v}"))
+            })
+            .transpose()
+    }
+
+    fn usize_or(&self, name: &str, default: usize) -> Result<usize> {
+        Ok(self.optional_usize(name)?.unwrap_or(default))
+    }
+
+    fn required_usize(&self, name: &str, why: &str) -> Result<usize> {
+        self.optional_usize(name)?
+            .with_context(|| format!("{name} is required when {why}"))
+    }
+
+    fn optional_f64(&self, name: &str) -> Result<Option<f64>> {
+        self.present(name)
+            .map(|v| v.as_f64().with_context(|| format!("{name} must be a number, got {v}")))
+            .transpose()
+    }
+
+    fn f64_or(&self, name: &str, default: f64) -> Result<f64> {
+        Ok(self.optional_f64(name)?.unwrap_or(default))
+    }
+
+    fn bool_or(&self, name: &str, default: bool) -> Result<bool> {
+        self.present(name)
+            .map(|v| v.as_bool().with_context(|| format!("{name} must be true or false, got {v}")))
+            .transpose()
+            .map(|b| b.unwrap_or(default))
+    }
+
+    fn optional_string(&self, name: &str) -> Result<Option<String>> {
+        self.present(name)
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .with_context(|| format!("{name} must be a string, got {v}"))
+            })
+            .transpose()
+    }
+
+    fn string_or(&self, name: &str, default: &str) -> Result<String> {
+        Ok(self.optional_string(name)?.unwrap_or_else(|| default.to_string()))
+    }
+}

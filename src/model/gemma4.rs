@@ -1,0 +1,452 @@
+//! The Gemma-4 text decoder (GEMMA4_TEXT.md §2). Every fused op goes through the registry in
+//! `crate::kernels`; plain projections are candle matmuls.
+
+use super::config::{Config, KvSource, LayerKind, LayerSpec};
+use super::kv_cache::{attention_mask, KvCache};
+use super::weights::Checkpoint;
+use crate::kernels::{
+    attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res, gelu_and_mul::gelu_and_mul,
+    gelu_mul::gelu_mul, moe_gather_rows::moe_gather_rows, moe_router_topk::moe_router_topk,
+    moe_weighted_scatter_add::moe_weighted_scatter_add, moe_zero::moe_zero, rms_norm::rms_norm,
+    rms_norm_plus_add::rms_norm_plus_add, rope::rope, softcap::softcap,
+};
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, D};
+use std::path::Path;
+
+pub struct Gemma4 {
+    config: Config,
+    device: Device,
+    dtype: DType,
+    embed_tokens: Tensor,
+    embed_scale: f64,
+    ple: Option<PerLayerEmbeddings>,
+    layers: Vec<DecoderLayer>,
+    final_norm: Tensor,
+    lm_head: Tensor,
+}
+
+struct PerLayerEmbeddings {
+    width: usize,
+    vocab_size: usize,
+    table: Tensor,
+    table_scale: f64,
+    model_projection: Tensor,
+    projection_norm: Tensor,
+}
+
+struct DecoderLayer {
+    spec: LayerSpec,
+    input_norm: Tensor,
+    post_attention_norm: Tensor,
+    pre_feedforward_norm: Tensor,
+    post_feedforward_norm: Tensor,
+    layer_scalar: Tensor,
+    q_proj: Tensor,
+    q_norm: Tensor,
+    o_proj: Tensor,
+    own_kv: Option<KvProjection>,
+    mlp: Mlp,
+    moe: Option<Moe>,
+    ple: Option<LayerPle>,
+}
+
+struct KvProjection {
+    k_proj: Tensor,
+    k_norm: Tensor,
+    /// Absent on k_eq_v layers, where V is the raw K projection.
+    v_proj: Option<Tensor>,
+}
+
+struct Mlp {
+    gate: Tensor,
+    up: Tensor,
+    down: Tensor,
+}
+
+struct Moe {
+    top_k: usize,
+    router_proj: Tensor,
+    router_scale: Tensor,
+    per_expert_scale: Tensor,
+    gate_up: Tensor,
+    down: Tensor,
+    pre_norm_2: Tensor,
+    post_norm_1: Tensor,
+    post_norm_2: Tensor,
+}
+
+struct LayerPle {
+    gate: Tensor,
+    projection: Tensor,
+    post_norm: Tensor,
+}
+
+/// Rounds a scalar the way the reference does when it casts it to the weight dtype.
+fn round_to(dtype: DType, value: f64) -> f64 {
+    match dtype {
+        DType::BF16 => half::bf16::from_f64(value).to_f64(),
+        DType::F16 => half::f16::from_f64(value).to_f64(),
+        DType::F32 => value as f32 as f64,
+        _ => value,
+    }
+}
+
+/// `x [.., in] · wᵀ` with `w [out, in]`.
+fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    let dims = x.dims();
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    let out = x.reshape((rows, dims[dims.len() - 1]))?.matmul(&w.t()?)?;
+    let mut shape = dims[..dims.len() - 1].to_vec();
+    shape.push(w.dim(0)?);
+    out.reshape(shape)
+}
+
+impl Gemma4 {
+    /// Loads the model from a Hugging Face checkpoint directory.
+    pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Gemma4> {
+        let config = Config::from_file(&dir.join("config.json"))?;
+        let checkpoint = Checkpoint::open(dir, device, dtype)?;
+        Gemma4::from_checkpoint(config, &checkpoint, &mut |_| {})
+    }
+
+    /// Builds the model from an opened checkpoint; `on_layer` is told each finished layer.
+    pub fn from_checkpoint(config: Config, ckpt: &Checkpoint, on_layer: &mut dyn FnMut(usize)) -> Result<Gemma4> {
+        let h = config.hidden_size;
+        let v = config.vocab_size;
+        let dtype = ckpt.dtype();
+        let embed_tokens = ckpt.tensor("embed_tokens.weight", &[v, h])?;
+        let ple = match &config.ple {
+            Some(spec) => {
+                let total = config.num_layers() * spec.width;
+                Some(PerLayerEmbeddings {
+                    width: spec.width,
+                    vocab_size: spec.vocab_size,
+                    table: ckpt.tensor("embed_tokens_per_layer.weight", &[spec.vocab_size, total])?,
+                    table_scale: round_to(dtype, (spec.width as f64).sqrt()),
+                    model_projection: ckpt.tensor("per_layer_model_projection.weight", &[total, h])?,
+                    projection_norm: ckpt.tensor("per_layer_projection_norm.weight", &[spec.width])?,
+                })
+            }
+            None => None,
+        };
+        let mut layers = Vec::with_capacity(config.num_layers());
+        for (i, spec) in config.layers.iter().enumerate() {
+            layers.push(DecoderLayer::load(&config, spec, i, ckpt).with_context(|| format!("layer {i}"))?);
+            on_layer(i);
+        }
+        let lm_head = if !config.tie_word_embeddings && ckpt.contains_absolute("lm_head.weight") {
+            ckpt.absolute_tensor("lm_head.weight", &[v, h])?
+        } else if !config.tie_word_embeddings {
+            bail!("tie_word_embeddings is false but the checkpoint has no lm_head.weight");
+        } else {
+            embed_tokens.clone()
+        };
+        Ok(Gemma4 {
+            embed_scale: round_to(dtype, (h as f64).sqrt()),
+            final_norm: ckpt.tensor("norm.weight", &[h])?,
+            device: embed_tokens.device().clone(),
+            dtype,
+            embed_tokens,
+            ple,
+            layers,
+            lm_head,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Runs `ids` (one sequence) after what `cache` holds and returns the f32 logits of the last
+    /// position, `[vocab]`.
+    pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        if ids.is_empty() {
+            bail!("forward needs at least one token");
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.vocab_size) {
+            bail!("token id {bad} is outside the model's vocabulary of {}", self.config.vocab_size);
+        }
+        let start = cache.len();
+        let seq = ids.len();
+        if start + seq > self.config.max_position_embeddings {
+            bail!(
+                "{} tokens exceed the model's context of {} positions",
+                start + seq,
+                self.config.max_position_embeddings
+            );
+        }
+        let ids_t = Tensor::new(ids, &self.device)?;
+        let x = (self.embed_tokens.index_select(&ids_t, 0)? * self.embed_scale)?.unsqueeze(0)?;
+        let ple = self.ple.as_ref().map(|ple| ple.inputs(ids, &x, &self.config)).transpose()?;
+
+        let rope = |kind: LayerKind| -> Result<(Tensor, Tensor)> { self.rope_tables(kind, start, seq) };
+        let rope_sliding = rope(LayerKind::Sliding)?;
+        let rope_full = rope(LayerKind::Full)?;
+        let mut masks: [Option<Option<Tensor>>; 2] = [None, None];
+        // K/V published by each producer layer for its consumers, in this same call.
+        let mut published: Vec<Option<(Tensor, Tensor)>> = vec![None; self.layers.len()];
+
+        let mut x = x;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let kind = layer.spec.kind;
+            let (cos, sin) = match kind {
+                LayerKind::Sliding => &rope_sliding,
+                LayerKind::Full => &rope_full,
+            };
+            let window = (kind == LayerKind::Sliding).then_some(self.config.sliding_window);
+            let slot = kind as usize;
+            let h = rms_norm(&x, Some(&layer.input_norm), self.config.rms_norm_eps)?;
+            let (q, k, v) = match (&layer.own_kv, layer.spec.kv_source) {
+                (Some(own), _) => {
+                    let (q, k, v) = layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
+                    let attend = cache.append(i, &k, &v)?;
+                    if masks[slot].is_none() {
+                        masks[slot] = Some(attention_mask(start, seq, &attend.key_positions, window, &self.device)?);
+                    }
+                    published[i] = Some((attend.k.clone(), attend.v.clone()));
+                    (q, attend.k, attend.v)
+                }
+                (None, KvSource::SharedFrom(producer)) => {
+                    let q = layer.project_q(&h, cos, sin, self.config.rms_norm_eps)?;
+                    let (k, v) = published[producer].clone().context("internal: producer ran after consumer")?;
+                    (q, k, v)
+                }
+                (None, KvSource::Own) => bail!("internal: layer {i} owns its K/V but has no projections"),
+            };
+            let mask = masks[slot].as_ref().and_then(|m| m.as_ref());
+            let attn = attention(&q, &k, &v, mask, 1.0)?;
+            let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
+            let attn = linear(&attn, &layer.o_proj)?;
+            let layer_ple = ple.as_ref().map(|p| p.narrow(2, i, 1)).transpose()?;
+            x = layer.feed_forward(&x, &attn, layer_ple, &self.config)?;
+        }
+        cache.advance(seq);
+
+        let last = x.narrow(1, seq - 1, 1)?;
+        let normed = rms_norm(&last, Some(&self.final_norm), self.config.rms_norm_eps)?;
+        let logits = linear(&normed, &self.lm_head)?;
+        let logits = match self.config.final_logit_softcapping {
+            Some(cap) => softcap(&logits, cap)?,
+            None => logits,
+        };
+        Ok(logits.flatten_all()?.to_dtype(DType::F32)?)
+    }
+
+    /// cos/sin `[S, D/2]` for positions `start .. start + seq`, computed in f32 on the host.
+    fn rope_tables(&self, kind: LayerKind, start: usize, seq: usize) -> Result<(Tensor, Tensor)> {
+        let head_dim = self
+            .layers
+            .iter()
+            .find(|l| l.spec.kind == kind)
+            .map_or(2, |l| l.spec.head_dim);
+        let inv = self.config.rope(kind).inv_freq(head_dim);
+        let half = inv.len();
+        let mut cos = Vec::with_capacity(seq * half);
+        let mut sin = Vec::with_capacity(seq * half);
+        for pos in start..start + seq {
+            for &f in &inv {
+                let angle = pos as f32 * f;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (seq, half), &self.device)?,
+            Tensor::from_vec(sin, (seq, half), &self.device)?,
+        ))
+    }
+}
+
+impl PerLayerEmbeddings {
+    /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2).
+    fn inputs(&self, ids: &[u32], x0: &Tensor, config: &Config) -> Result<Tensor> {
+        let layers = config.num_layers();
+        let seq = ids.len();
+        // Ids past the PLE vocabulary (multimodal placeholders) read the pad row.
+        let ple_ids: Vec<u32> = ids
+            .iter()
+            .map(|&id| if (id as usize) < self.vocab_size { id } else { config.pad_token_id })
+            .collect();
+        let ple_ids = Tensor::new(ple_ids.as_slice(), x0.device())?;
+        let token_part = (self.table.index_select(&ple_ids, 0)? * self.table_scale)?.reshape((1, seq, layers, self.width))?;
+        let context = (linear(x0, &self.model_projection)? * (config.hidden_size as f64).powf(-0.5))?
+            .reshape((1, seq, layers, self.width))?;
+        let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
+        Ok(((context + token_part)? * 2f64.powf(-0.5))?)
+    }
+}
+
+impl DecoderLayer {
+    fn load(config: &Config, spec: &LayerSpec, i: usize, ckpt: &Checkpoint) -> Result<DecoderLayer> {
+        let h = config.hidden_size;
+        let nh = config.num_attention_heads;
+        let (hd, kvh) = (spec.head_dim, spec.kv_heads);
+        let p = |name: &str| format!("layers.{i}.{name}");
+        let norm = |name: &str| ckpt.tensor(&p(name), &[h]);
+        let own_kv = match spec.kv_source {
+            KvSource::Own => Some(KvProjection {
+                k_proj: ckpt.tensor(&p("self_attn.k_proj.weight"), &[kvh * hd, h])?,
+                k_norm: ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd])?,
+                v_proj: if spec.k_eq_v {
+                    None
+                } else {
+                    Some(ckpt.tensor(&p("self_attn.v_proj.weight"), &[kvh * hd, h])?)
+                },
+            }),
+            // Released checkpoints still ship k/v weights for consumer layers; they are dead.
+            KvSource::SharedFrom(_) => None,
+        };
+        let moe = match &config.moe {
+            Some(m) => Some(Moe {
+                top_k: m.top_k,
+                router_proj: ckpt.tensor(&p("router.proj.weight"), &[m.num_experts, h])?,
+                router_scale: ckpt.tensor(&p("router.scale"), &[h])?,
+                per_expert_scale: ckpt.tensor(&p("router.per_expert_scale"), &[m.num_experts])?,
+                gate_up: ckpt.tensor(&p("experts.gate_up_proj"), &[m.num_experts, 2 * m.expert_width, h])?,
+                down: ckpt.tensor(&p("experts.down_proj"), &[m.num_experts, h, m.expert_width])?,
+                pre_norm_2: norm("pre_feedforward_layernorm_2.weight")?,
+                post_norm_1: norm("post_feedforward_layernorm_1.weight")?,
+                post_norm_2: norm("post_feedforward_layernorm_2.weight")?,
+            }),
+            None => None,
+        };
+        let ple = match &config.ple {
+            Some(s) => Some(LayerPle {
+                gate: ckpt.tensor(&p("per_layer_input_gate.weight"), &[s.width, h])?,
+                projection: ckpt.tensor(&p("per_layer_projection.weight"), &[h, s.width])?,
+                post_norm: norm("post_per_layer_input_norm.weight")?,
+            }),
+            None => None,
+        };
+        let width = spec.mlp_width;
+        Ok(DecoderLayer {
+            spec: spec.clone(),
+            input_norm: norm("input_layernorm.weight")?,
+            post_attention_norm: norm("post_attention_layernorm.weight")?,
+            pre_feedforward_norm: norm("pre_feedforward_layernorm.weight")?,
+            post_feedforward_norm: norm("post_feedforward_layernorm.weight")?,
+            layer_scalar: ckpt.tensor(&p("layer_scalar"), &[1])?,
+            q_proj: ckpt.tensor(&p("self_attn.q_proj.weight"), &[nh * hd, h])?,
+            q_norm: ckpt.tensor(&p("self_attn.q_norm.weight"), &[hd])?,
+            o_proj: ckpt.tensor(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
+            own_kv,
+            mlp: Mlp {
+                gate: ckpt.tensor(&p("mlp.gate_proj.weight"), &[width, h])?,
+                up: ckpt.tensor(&p("mlp.up_proj.weight"), &[width, h])?,
+                down: ckpt.tensor(&p("mlp.down_proj.weight"), &[h, width])?,
+            },
+            moe,
+            ple,
+        })
+    }
+
+    /// q `[1, heads, S, D]`: projection, q_norm, RoPE.
+    fn project_q(&self, h: &Tensor, cos: &Tensor, sin: &Tensor, eps: f64) -> Result<Tensor> {
+        let seq = h.dim(1)?;
+        let q = linear(h, &self.q_proj)?.reshape((1, seq, (), self.spec.head_dim))?;
+        let q = rms_norm(&q, Some(&self.q_norm), eps)?;
+        Ok(rope(&q, cos, sin)?.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// q, and this layer's own k and v `[1, kv_heads, S, D]` (k normed and rotated, v normed).
+    fn project_qkv(
+        &self,
+        h: &Tensor,
+        own: &KvProjection,
+        cos: &Tensor,
+        sin: &Tensor,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let seq = h.dim(1)?;
+        let q = self.project_q(h, cos, sin, eps)?;
+        let shape = (1, seq, self.spec.kv_heads, self.spec.head_dim);
+        let k_raw = linear(h, &own.k_proj)?.reshape(shape)?;
+        let v_raw = match &own.v_proj {
+            Some(v_proj) => linear(h, v_proj)?.reshape(shape)?,
+            None => k_raw.clone(),
+        };
+        let k = rope(&rms_norm(&k_raw, Some(&own.k_norm), eps)?, cos, sin)?;
+        let v = rms_norm(&v_raw, None, eps)?;
+        Ok((q, k.transpose(1, 2)?.contiguous()?, v.transpose(1, 2)?.contiguous()?))
+    }
+
+    /// Everything after attention: post-norm and residual, MLP (+ MoE), PLE, layer_scalar.
+    fn feed_forward(&self, x: &Tensor, attn: &Tensor, ple: Option<Tensor>, config: &Config) -> Result<Tensor> {
+        let eps = config.rms_norm_eps;
+        let (residual, normed) =
+            dual_rms_norm_plus_res(x, attn, &self.post_attention_norm, &self.pre_feedforward_norm, eps)?;
+        let gate = linear(&normed, &self.mlp.gate)?;
+        let up = linear(&normed, &self.mlp.up)?;
+        let mut mlp_out = linear(&gelu_mul(&gate, &up)?, &self.mlp.down)?;
+        if let Some(moe) = &self.moe {
+            let dense = rms_norm(&mlp_out, Some(&moe.post_norm_1), eps)?;
+            let experts = rms_norm(&moe.forward(&residual, eps)?, Some(&moe.post_norm_2), eps)?;
+            mlp_out = (dense + experts)?;
+        }
+        let mut x = rms_norm_plus_add(&residual, &mlp_out, &self.post_feedforward_norm, eps)?;
+        if let (Some(layer_ple), Some(ple)) = (&self.ple, ple) {
+            let ple = ple.squeeze(2)?;
+            let gated = gelu_mul(&linear(&x, &layer_ple.gate)?, &ple)?;
+            let projected = linear(&gated, &layer_ple.projection)?;
+            x = rms_norm_plus_add(&x, &projected, &layer_ple.post_norm, eps)?;
+        }
+        Ok(x.broadcast_mul(&self.layer_scalar)?)
+    }
+}
+
+impl Moe {
+    /// The expert branch over the post-attention residual `r [1, S, H]` (§2.7).
+    fn forward(&self, residual: &Tensor, eps: f64) -> Result<Tensor> {
+        let (_, seq, hidden) = residual.dims3()?;
+        let flat = residual.reshape((seq, hidden))?;
+        let routed = rms_norm(&flat, None, eps)?
+            .broadcast_mul(&self.router_scale)?
+            .affine((hidden as f64).powf(-0.5), 0.0)?;
+        let logits = linear(&routed, &self.router_proj)?;
+        let (weights, experts) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
+        let weights = weights.to_vec2::<f32>()?;
+        let experts = experts.to_vec2::<u32>()?;
+        let inputs = rms_norm(&flat, Some(&self.pre_norm_2), eps)?;
+
+        let mut acc = moe_zero(seq, hidden, residual.device())?;
+        let num_experts = self.gate_up.dim(0)?;
+        for expert in 0..num_experts {
+            let mut tokens = Vec::new();
+            let mut token_weights = Vec::new();
+            for (token, (ids, ws)) in experts.iter().zip(&weights).enumerate() {
+                for (&id, &w) in ids.iter().zip(ws) {
+                    if id as usize == expert {
+                        tokens.push(token as u32);
+                        token_weights.push(w);
+                    }
+                }
+            }
+            if tokens.is_empty() {
+                continue;
+            }
+            let count = tokens.len();
+            let tokens = Tensor::from_vec(tokens, count, residual.device())?;
+            let token_weights = Tensor::from_vec(token_weights, count, residual.device())?;
+            let rows = moe_gather_rows(&inputs, &tokens)?;
+            let gate_up = linear(&rows, &self.gate_up.get(expert)?)?;
+            let y = linear(&gelu_and_mul(&gate_up)?, &self.down.get(expert)?)?;
+            acc = moe_weighted_scatter_add(&acc, &tokens, &token_weights, &y)?;
+        }
+        Ok(acc.to_dtype(residual.dtype())?.reshape((1, seq, hidden))?)
+    }
+}
+
+/// Greedy choice on the device: the index of the largest logit.
+pub fn argmax(logits: &Tensor) -> Result<u32> {
+    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+}

@@ -1,0 +1,201 @@
+//! Per-layer KV caches. Full layers keep every position in a buffer that grows geometrically;
+//! sliding layers keep a ring of W slots (slot = position mod W), which is all the strict
+//! `q − k < W` rule can ever look at. KV-consumer layers own nothing: they read what their
+//! producer attended with in the same forward call.
+
+use super::config::{Config, KvSource, LayerKind};
+use candle_core::{DType, Device, Result, Tensor};
+
+/// What one layer attends with: keys and values `[B, kv_heads, T, D]` and the absolute
+/// position of each of the T keys.
+pub struct AttendKv {
+    pub k: Tensor,
+    pub v: Tensor,
+    pub key_positions: Vec<usize>,
+}
+
+enum LayerCache {
+    Full(FullCache),
+    Sliding(RingCache),
+}
+
+struct FullCache {
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+    len: usize,
+}
+
+struct RingCache {
+    window: usize,
+    k: Option<Tensor>,
+    v: Option<Tensor>,
+    /// Absolute position held by each filled slot.
+    slots: Vec<Option<usize>>,
+}
+
+pub struct KvCache {
+    layers: Vec<Option<LayerCache>>,
+    /// Tokens already processed (the absolute position of the next token).
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new(config: &Config) -> KvCache {
+        let layers = config
+            .layers
+            .iter()
+            .map(|spec| match (spec.kv_source, spec.kind) {
+                (KvSource::SharedFrom(_), _) => None,
+                (KvSource::Own, LayerKind::Full) => Some(LayerCache::Full(FullCache { k: None, v: None, len: 0 })),
+                (KvSource::Own, LayerKind::Sliding) => Some(LayerCache::Sliding(RingCache {
+                    window: config.sliding_window,
+                    k: None,
+                    v: None,
+                    slots: vec![None; config.sliding_window],
+                })),
+            })
+            .collect();
+        KvCache { layers, len: 0 }
+    }
+
+    /// The number of tokens already in the cache.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Marks `count` new tokens as processed; called once per forward after every layer ran.
+    pub fn advance(&mut self, count: usize) {
+        self.len += count;
+    }
+
+    /// Adds layer `layer`'s new keys/values `[B, kv_heads, S, D]` for positions
+    /// `len .. len + S` and returns what the layer attends with.
+    pub fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<AttendKv> {
+        let start = self.len;
+        match self.layers[layer].as_mut() {
+            Some(LayerCache::Full(cache)) => cache.append(start, k, v),
+            Some(LayerCache::Sliding(cache)) => cache.append(start, k, v),
+            None => candle_core::bail!("internal: layer {layer} owns no KV cache"),
+        }
+    }
+}
+
+fn zeros_like_with_len(t: &Tensor, len: usize) -> Result<Tensor> {
+    let (b, h, _, d) = t.dims4()?;
+    Tensor::zeros((b, h, len, d), t.dtype(), t.device())
+}
+
+impl FullCache {
+    fn append(&mut self, start: usize, k: &Tensor, v: &Tensor) -> Result<AttendKv> {
+        let new = k.dim(2)?;
+        let needed = start + new;
+        let capacity = self.k.as_ref().map_or(0, |t| t.dim(2).unwrap_or(0));
+        if needed > capacity {
+            // Geometric growth keeps decode allocation-free between doublings.
+            let grown = needed.max(capacity * 2).max(64);
+            self.k = Some(grow(self.k.take(), k, grown, self.len)?);
+            self.v = Some(grow(self.v.take(), v, grown, self.len)?);
+        }
+        let (kb, vb) = (self.k.as_ref().expect("allocated above"), self.v.as_ref().expect("allocated above"));
+        kb.slice_set(&k.contiguous()?, 2, start)?;
+        vb.slice_set(&v.contiguous()?, 2, start)?;
+        self.len = needed;
+        Ok(AttendKv { k: kb.narrow(2, 0, needed)?, v: vb.narrow(2, 0, needed)?, key_positions: (0..needed).collect() })
+    }
+}
+
+fn grow(old: Option<Tensor>, like: &Tensor, capacity: usize, keep: usize) -> Result<Tensor> {
+    let fresh = zeros_like_with_len(like, capacity)?;
+    if let Some(old) = old {
+        if keep > 0 {
+            fresh.slice_set(&old.narrow(2, 0, keep)?.contiguous()?, 2, 0)?;
+        }
+    }
+    Ok(fresh)
+}
+
+impl RingCache {
+    fn append(&mut self, start: usize, k: &Tensor, v: &Tensor) -> Result<AttendKv> {
+        let new = k.dim(2)?;
+        if self.k.is_none() {
+            self.k = Some(zeros_like_with_len(k, self.window)?);
+            self.v = Some(zeros_like_with_len(v, self.window)?);
+        }
+        let filled = start.min(self.window);
+        let result = if new == 1 {
+            // Decode: the slot being overwritten holds position start − W, which the window
+            // rule already hides, so write first and attend over the filled slots.
+            self.write(start, k, v)?;
+            let count = (start + 1).min(self.window);
+            let (kb, vb) = self.buffers();
+            AttendKv {
+                k: kb.narrow(2, 0, count)?,
+                v: vb.narrow(2, 0, count)?,
+                key_positions: self.slots[..count].iter().map(|p| p.expect("filled slot")).collect(),
+            }
+        } else {
+            // Prefill: attend over what the ring holds plus the whole chunk, then keep the
+            // chunk's last W positions.
+            let (kb, vb) = self.buffers();
+            let mut key_positions: Vec<usize> = self.slots[..filled].iter().map(|p| p.expect("filled slot")).collect();
+            key_positions.extend(start..start + new);
+            let attend = AttendKv {
+                k: Tensor::cat(&[&kb.narrow(2, 0, filled)?, k], 2)?,
+                v: Tensor::cat(&[&vb.narrow(2, 0, filled)?, v], 2)?,
+                key_positions,
+            };
+            let keep = new.min(self.window);
+            let skip = new - keep;
+            self.write(start + skip, &k.narrow(2, skip, keep)?, &v.narrow(2, skip, keep)?)?;
+            attend
+        };
+        Ok(result)
+    }
+
+    fn buffers(&self) -> (&Tensor, &Tensor) {
+        (self.k.as_ref().expect("allocated on first append"), self.v.as_ref().expect("allocated on first append"))
+    }
+
+    /// Writes `count ≤ W` consecutive positions from `first`, wrapping around the ring.
+    fn write(&mut self, first: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        let count = k.dim(2)?;
+        let mut done = 0;
+        while done < count {
+            let slot = (first + done) % self.window;
+            let run = (self.window - slot).min(count - done);
+            let (kb, vb) = self.buffers();
+            kb.slice_set(&k.narrow(2, done, run)?.contiguous()?, 2, slot)?;
+            vb.slice_set(&v.narrow(2, done, run)?.contiguous()?, 2, slot)?;
+            for i in 0..run {
+                self.slots[slot + i] = Some(first + done + i);
+            }
+            done += run;
+        }
+        Ok(())
+    }
+}
+
+/// The additive mask `[S, T]` for queries at `first_query ..` over `key_positions`, or `None`
+/// when every key is visible to every query.
+pub fn attention_mask(
+    first_query: usize,
+    queries: usize,
+    key_positions: &[usize],
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let visible = |q: usize, k: usize| k <= q && window.is_none_or(|w| q - k < w);
+    let data: Vec<f32> = (first_query..first_query + queries)
+        .flat_map(|q| key_positions.iter().map(move |&k| if visible(q, k) { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    if data.iter().all(|&m| m == 0.0) {
+        return Ok(None);
+    }
+    Tensor::from_vec(data, (queries, key_positions.len()), device)?
+        .to_dtype(DType::F32)
+        .map(Some)
+}

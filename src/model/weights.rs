@@ -1,0 +1,168 @@
+//! Safetensors checkpoints: one file or sharded (`model.safetensors.index.json`), memory-mapped,
+//! with the text stack found under `model.` or `model.language_model.`. Every tensor is
+//! shape-checked on load and converted to the compute dtype; every failure names the file and
+//! the tensor.
+
+use anyhow::{bail, Context, Result};
+use candle_core::safetensors::MmapedSafetensors;
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Prefixes under which checkpoints keep the text decoder, most specific first.
+const PREFIXES: [&str; 3] = ["model.language_model.", "model.", "language_model.model."];
+
+pub struct Checkpoint {
+    files: Vec<(PathBuf, MmapedSafetensors)>,
+    /// Tensor name → index into `files`.
+    location: HashMap<String, usize>,
+    prefix: &'static str,
+    device: Device,
+    dtype: DType,
+}
+
+impl Checkpoint {
+    /// Opens every safetensors file of the checkpoint in `dir` and validates their headers.
+    pub fn open(dir: &Path, device: &Device, dtype: DType) -> Result<Checkpoint> {
+        let paths = shard_paths(dir)?;
+        let mut files = Vec::with_capacity(paths.len());
+        let mut location = HashMap::new();
+        for path in paths {
+            // SAFETY: the file is mapped read-only; g4 never writes checkpoints it has open.
+            let mapped = unsafe { MmapedSafetensors::new(&path) }
+                .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file: {}", path.display(), root_cause(&e)))?;
+            for (name, _) in mapped.tensors() {
+                location.insert(name, files.len());
+            }
+            files.push((path, mapped));
+        }
+        let prefix = PREFIXES
+            .into_iter()
+            .find(|p| location.contains_key(&format!("{p}embed_tokens.weight")))
+            .with_context(|| {
+                format!(
+                    "{}: no embed_tokens.weight under any of the prefixes {}",
+                    dir.display(),
+                    PREFIXES.join(", ")
+                )
+            })?;
+        Ok(Checkpoint { files, location, prefix, device: device.clone(), dtype })
+    }
+
+    /// The compute dtype tensors are converted to.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Total bytes of the mapped files (for progress reporting).
+    pub fn total_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .filter_map(|(path, _)| std::fs::metadata(path).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Whether the text decoder has a tensor `name` (relative to the decoder prefix).
+    pub fn contains(&self, name: &str) -> bool {
+        self.location.contains_key(&format!("{}{name}", self.prefix))
+    }
+
+    /// Whether the checkpoint has a tensor with this absolute name (e.g. `lm_head.weight`).
+    pub fn contains_absolute(&self, name: &str) -> bool {
+        self.location.contains_key(name)
+    }
+
+    /// Loads decoder tensor `name`, checks its shape, converts it to the compute dtype.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.absolute_tensor(&format!("{}{name}", self.prefix), shape)
+    }
+
+    /// Loads a tensor by its absolute name, checks its shape, converts it to the compute dtype.
+    pub fn absolute_tensor(&self, full_name: &str, shape: &[usize]) -> Result<Tensor> {
+        let Some(&file) = self.location.get(full_name) else {
+            let files: Vec<String> = self.files.iter().map(|(p, _)| file_name(p)).collect();
+            bail!("missing tensor {full_name} (looked in {})", files.join(", "));
+        };
+        let (path, mapped) = &self.files[file];
+        let view = mapped
+            .get(full_name)
+            .map_err(|e| anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e)))?;
+        if view.shape() != shape {
+            bail!(
+                "{}: tensor {full_name} has shape {:?}, expected {:?} from config.json",
+                path.display(),
+                view.shape(),
+                shape
+            );
+        }
+        let stored = mapped
+            .load(full_name, &Device::Cpu)
+            .map_err(|e| anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e)))?;
+        if !matches!(stored.dtype(), DType::F32 | DType::BF16 | DType::F16) {
+            bail!(
+                "{}: tensor {full_name} is stored as {:?}; g4 loads f32, bf16 and f16 weights",
+                path.display(),
+                stored.dtype()
+            );
+        }
+        stored
+            .to_dtype(self.dtype)
+            .and_then(|t| t.to_device(&self.device))
+            .map_err(|e| anyhow::anyhow!("tensor {full_name}: cannot move to {:?}: {e}", self.device))
+    }
+}
+
+/// The checkpoint's safetensors files: those listed by the shard index when there is one,
+/// else `model.safetensors`, else every `*.safetensors` in the folder.
+fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+    if !dir.is_dir() {
+        bail!("{}: model directory not found", dir.display());
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).with_context(|| format!("cannot read {}", index.display()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .with_context(|| format!("{}: no weight_map object", index.display()))?;
+        let mut names: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        let paths: Vec<PathBuf> = names.into_iter().map(|n| dir.join(n)).collect();
+        if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
+            bail!("{}: lists shard {} which does not exist", index.display(), missing.display());
+        }
+        return Ok(paths);
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let mut all: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    all.sort();
+    if all.is_empty() {
+        bail!("{}: no *.safetensors files", dir.display());
+    }
+    Ok(all)
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// candle wraps errors with backtraces and paths; users need the innermost message on one line.
+fn root_cause(e: &candle_core::Error) -> String {
+    let text = match e {
+        candle_core::Error::WithPath { inner, .. } => inner.to_string(),
+        candle_core::Error::WithBacktrace { inner, .. } => inner.to_string(),
+        other => other.to_string(),
+    };
+    text.lines().next().unwrap_or_default().to_string()
+}
