@@ -61,7 +61,8 @@ pub fn device_name(device: &Device) -> String {
 fn device_ordinal(device: &Device) -> usize {
     match device.location() {
         candle_core::DeviceLocation::Cpu => 0,
-        candle_core::DeviceLocation::Cuda { gpu_id } | candle_core::DeviceLocation::Metal { gpu_id } => gpu_id,
+        candle_core::DeviceLocation::Cuda { gpu_id }
+        | candle_core::DeviceLocation::Metal { gpu_id } => gpu_id,
     }
 }
 

@@ -1,1 +1,37 @@
-fn main() {}
+//! The g4 command line. Argument structs and output live in `cmd/`; nothing else lives here.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "g4",
+    version,
+    about = "Gemma-4 text models on candle: run them, prove them, probe their kernels"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check g4 token-exact against golden outputs of the reference implementation.
+    VerifyGolden(cmd::verify_golden::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::VerifyGolden(args) => cmd::verify_golden::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {}", cmd::one_line(&error));
+            ExitCode::from(2)
+        }
+    }
+}

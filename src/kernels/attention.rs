@@ -9,21 +9,39 @@ use candle_core::{DType, Result, Tensor};
 const OP: Op = Op::Attention;
 
 /// `q [B, heads, S, D]`, `k, v [B, kv_heads, T, D]`, `mask [S, T]` → `[B, heads, S, D]`.
-pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+pub fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
     match arm_for(OP, q.device(), q.dtype()) {
         Arm::Composed => composed(q, k, v, mask, scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
 
-pub fn composed(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+pub fn composed(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
     let group = heads / kv_heads;
     // Folding each KV head's query group into the row axis avoids materialising repeat_kv.
-    let q = q.contiguous()?.reshape((batch, kv_heads, group * seq, head_dim))?;
+    let q = q
+        .contiguous()?
+        .reshape((batch, kv_heads, group * seq, head_dim))?;
     let scores = q.matmul(&k.t()?)?;
-    let scores = if scale == 1.0 { scores } else { scores.affine(scale, 0.0)? };
+    let scores = if scale == 1.0 {
+        scores
+    } else {
+        scores.affine(scale, 0.0)?
+    };
     let scores = scores
         .to_dtype(DType::F32)?
         .reshape((batch, kv_heads, group, seq, keys))?;
@@ -34,11 +52,12 @@ pub fn composed(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>, scale
     let probs = candle_nn::ops::softmax_last_dim(&scores)?
         .to_dtype(v.dtype())?
         .reshape((batch, kv_heads, group * seq, keys))?;
-    probs.matmul(&v.contiguous()?)?.reshape((batch, heads, seq, head_dim))
+    probs
+        .matmul(&v.contiguous()?)?
+        .reshape((batch, heads, seq, head_dim))
 }
 
 /// One batch: `q [heads, S, D]`, `k, v [kv_heads, T, D]`, `mask [S, T]` (−∞ hides a key).
-#[allow(clippy::too_many_arguments)]
 pub fn reference(
     q: &[f64],
     k: &[f64],
@@ -60,7 +79,8 @@ pub fn reference(
             let scores: Vec<f64> = (0..keys)
                 .map(|t| {
                     let krow = &k[(kvh * keys + t) * d..][..d];
-                    qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f64>() * scale + mask[s * keys + t]
+                    qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f64>() * scale
+                        + mask[s * keys + t]
                 })
                 .collect();
             let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);

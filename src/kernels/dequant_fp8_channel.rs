@@ -17,10 +17,17 @@ pub fn dequant_fp8_channel(weight: &Tensor, scale: &Tensor, dtype: DType) -> Res
 pub fn composed(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
     let rows = weight.dim(0)?;
     let scale = scale.to_dtype(DType::F32)?.reshape((rows, 1))?;
-    weight.to_dtype(DType::F32)?.broadcast_mul(&scale)?.to_dtype(dtype)
+    weight
+        .to_dtype(DType::F32)?
+        .broadcast_mul(&scale)?
+        .to_dtype(dtype)
 }
 
 /// `weight [n, k]` (already decoded e4m3 values), `scale [n]`.
 pub fn reference(weight: &[f64], scale: &[f64], k: usize) -> Vec<f64> {
-    weight.chunks(k).zip(scale).flat_map(|(row, s)| row.iter().map(move |w| w * s)).collect()
+    weight
+        .chunks(k)
+        .zip(scale)
+        .flat_map(|(row, s)| row.iter().map(move |w| w * s))
+        .collect()
 }

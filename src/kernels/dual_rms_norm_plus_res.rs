@@ -33,9 +33,18 @@ pub fn composed(
 }
 
 /// Returns `residual'` followed by `y`, each `[rows, cols]`.
-pub fn reference(residual: &[f64], x: &[f64], cols: usize, w1: &[f64], w2: &[f64], eps: f64) -> Vec<f64> {
+pub fn reference(
+    residual: &[f64],
+    x: &[f64],
+    cols: usize,
+    w1: &[f64],
+    w2: &[f64],
+    eps: f64,
+) -> Vec<f64> {
     let normed = reference::map_rows(x, cols, |row| reference::rms_norm_row(row, Some(w1), eps));
     let summed: Vec<f64> = residual.iter().zip(normed).map(|(r, n)| r + n).collect();
-    let y = reference::map_rows(&summed, cols, |row| reference::rms_norm_row(row, Some(w2), eps));
+    let y = reference::map_rows(&summed, cols, |row| {
+        reference::rms_norm_row(row, Some(w2), eps)
+    });
     summed.into_iter().chain(y).collect()
 }

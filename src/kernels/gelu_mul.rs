@@ -18,5 +18,8 @@ pub fn composed(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 }
 
 pub fn reference(gate: &[f64], up: &[f64]) -> Vec<f64> {
-    gate.iter().zip(up).map(|(g, u)| reference::gelu_tanh(*g) * u).collect()
+    gate.iter()
+        .zip(up)
+        .map(|(g, u)| reference::gelu_tanh(*g) * u)
+        .collect()
 }

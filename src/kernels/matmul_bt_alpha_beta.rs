@@ -6,7 +6,13 @@ use candle_core::{Result, Tensor};
 const OP: Op = Op::MatmulBtAlphaBeta;
 
 /// `a [M, K]`, `b [N, K]`, `c [M, N]` → the new `C`.
-pub fn matmul_bt_alpha_beta(a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) -> Result<Tensor> {
+pub fn matmul_bt_alpha_beta(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f64,
+    beta: f64,
+) -> Result<Tensor> {
     match arm_for(OP, a.device(), a.dtype()) {
         Arm::Composed => composed(a, b, c, alpha, beta),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
@@ -17,7 +23,16 @@ pub fn composed(a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) -> Re
     a.matmul(&b.t()?)?.affine(alpha, 0.0)? + c.affine(beta, 0.0)?
 }
 
-pub fn reference(a: &[f64], b: &[f64], c: &[f64], m: usize, n: usize, k: usize, alpha: f64, beta: f64) -> Vec<f64> {
+pub fn reference(
+    a: &[f64],
+    b: &[f64],
+    c: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f64,
+    beta: f64,
+) -> Vec<f64> {
     reference::matmul_bt(a, b, m, n, k)
         .into_iter()
         .zip(c)

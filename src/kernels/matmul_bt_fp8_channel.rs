@@ -19,7 +19,14 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     x.matmul(&w.t()?)
 }
 
-pub fn reference(x: &[f64], weight: &[f64], scale: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+pub fn reference(
+    x: &[f64],
+    weight: &[f64],
+    scale: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<f64> {
     let w = dequant_fp8_channel::reference(weight, scale, k);
     reference::matmul_bt(x, &w, m, n, k)
 }

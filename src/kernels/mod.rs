@@ -208,7 +208,12 @@ impl std::fmt::Display for Unavailable {
 }
 
 /// Whether the native arm of `op` for `backend` can run on `device` in `dtype`, and if not, why.
-pub fn native_status(op: Op, backend: Backend, device: &Device, dtype: DType) -> Result<(), Unavailable> {
+pub fn native_status(
+    op: Op,
+    backend: Backend,
+    device: &Device,
+    dtype: DType,
+) -> Result<(), Unavailable> {
     let kernels: Vec<&NativeKernel> = op
         .native_kernels()
         .iter()
@@ -237,7 +242,11 @@ pub fn native_status(op: Op, backend: Backend, device: &Device, dtype: DType) ->
     }
     let Some(kernel) = kernels.iter().find(|k| k.dtypes.contains(&dtype)) else {
         return Err(Unavailable::NoKernel {
-            detail: format!("the {} kernel of {} has no {dtype:?} variant", backend.name(), op.name()),
+            detail: format!(
+                "the {} kernel of {} has no {dtype:?} variant",
+                backend.name(),
+                op.name()
+            ),
         });
     };
     if let Some((major, minor)) = kernel.min_compute_capability {

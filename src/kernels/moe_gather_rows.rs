@@ -18,5 +18,7 @@ pub fn composed(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
 }
 
 pub fn reference(x: &[f64], cols: usize, rows: &[usize]) -> Vec<f64> {
-    rows.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].iter().copied()).collect()
+    rows.iter()
+        .flat_map(|&r| x[r * cols..(r + 1) * cols].iter().copied())
+        .collect()
 }

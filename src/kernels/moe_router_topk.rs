@@ -7,7 +7,11 @@ use candle_core::{DType, Result, Tensor};
 const OP: Op = Op::MoeRouterTopk;
 
 /// `logits [N, E]`, `per_expert_scale [E]` → `(weights [N, k] f32, experts [N, k] u32)`.
-pub fn moe_router_topk(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
+pub fn moe_router_topk(
+    logits: &Tensor,
+    k: usize,
+    per_expert_scale: &Tensor,
+) -> Result<(Tensor, Tensor)> {
     match arm_for(OP, logits.device(), logits.dtype()) {
         Arm::Composed => composed(logits, k, per_expert_scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
@@ -17,7 +21,10 @@ pub fn moe_router_topk(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> 
 pub fn composed(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
     let rows = logits.dim(0)?;
     let probs = candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32)?)?;
-    let experts = probs.arg_sort_last_dim(false)?.narrow(1, 0, k)?.contiguous()?;
+    let experts = probs
+        .arg_sort_last_dim(false)?
+        .narrow(1, 0, k)?
+        .contiguous()?;
     let top = probs.gather(&experts, 1)?;
     let weights = top.broadcast_div(&top.sum_keepdim(1)?)?;
     let scale = per_expert_scale
@@ -28,14 +35,20 @@ pub fn composed(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<
 }
 
 /// `logits [rows, e]` → per row, `k` pairs `(expert, weight)` in descending probability.
-pub fn reference(logits: &[f64], e: usize, k: usize, per_expert_scale: &[f64]) -> Vec<Vec<(usize, f64)>> {
+pub fn reference(
+    logits: &[f64],
+    e: usize,
+    k: usize,
+    per_expert_scale: &[f64],
+) -> Vec<Vec<(usize, f64)>> {
     logits
         .chunks(e)
         .map(|row| {
             let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let exps: Vec<f64> = row.iter().map(|x| (x - max).exp()).collect();
             let total: f64 = exps.iter().sum();
-            let mut ranked: Vec<(usize, f64)> = exps.iter().map(|x| x / total).enumerate().collect();
+            let mut ranked: Vec<(usize, f64)> =
+                exps.iter().map(|x| x / total).enumerate().collect();
             ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
             ranked.truncate(k);
             let kept: f64 = ranked.iter().map(|(_, p)| p).sum();

@@ -6,7 +6,12 @@ use candle_core::{DType, Result, Tensor};
 const OP: Op = Op::MoeWeightedScatterAdd;
 
 /// `out [N, H]` f32, `tokens [R]` u32, `weights [R]` f32, `y [R, H]` → the new `out`.
-pub fn moe_weighted_scatter_add(out: &Tensor, tokens: &Tensor, weights: &Tensor, y: &Tensor) -> Result<Tensor> {
+pub fn moe_weighted_scatter_add(
+    out: &Tensor,
+    tokens: &Tensor,
+    weights: &Tensor,
+    y: &Tensor,
+) -> Result<Tensor> {
     match arm_for(OP, y.device(), y.dtype()) {
         Arm::Composed => composed(out, tokens, weights, y),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
@@ -14,11 +19,19 @@ pub fn moe_weighted_scatter_add(out: &Tensor, tokens: &Tensor, weights: &Tensor,
 }
 
 pub fn composed(out: &Tensor, tokens: &Tensor, weights: &Tensor, y: &Tensor) -> Result<Tensor> {
-    let weighted = y.to_dtype(DType::F32)?.broadcast_mul(&weights.unsqueeze(1)?)?;
+    let weighted = y
+        .to_dtype(DType::F32)?
+        .broadcast_mul(&weights.unsqueeze(1)?)?;
     out.index_add(tokens, &weighted, 0)
 }
 
-pub fn reference(out: &[f64], cols: usize, tokens: &[usize], weights: &[f64], y: &[f64]) -> Vec<f64> {
+pub fn reference(
+    out: &[f64],
+    cols: usize,
+    tokens: &[usize],
+    weights: &[f64],
+    y: &[f64],
+) -> Vec<f64> {
     let mut out = out.to_vec();
     for (r, (&t, &w)) in tokens.iter().zip(weights).enumerate() {
         for j in 0..cols {

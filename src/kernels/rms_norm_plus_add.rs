@@ -5,7 +5,12 @@ use candle_core::{Result, Tensor};
 
 const OP: Op = Op::RmsNormPlusAdd;
 
-pub fn rms_norm_plus_add(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+pub fn rms_norm_plus_add(
+    residual: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    eps: f64,
+) -> Result<Tensor> {
     match arm_for(OP, x.device(), x.dtype()) {
         Arm::Composed => composed(residual, x, weight, eps),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
@@ -18,6 +23,8 @@ pub fn composed(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Res
 
 /// `residual, x [rows, cols]`, `weight [cols]`.
 pub fn reference(residual: &[f64], x: &[f64], cols: usize, weight: &[f64], eps: f64) -> Vec<f64> {
-    let normed = reference::map_rows(x, cols, |row| reference::rms_norm_row(row, Some(weight), eps));
+    let normed = reference::map_rows(x, cols, |row| {
+        reference::rms_norm_row(row, Some(weight), eps)
+    });
     residual.iter().zip(normed).map(|(r, n)| r + n).collect()
 }

@@ -32,7 +32,14 @@ pub fn composed(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
 }
 
 /// `x [seq, heads, d]` row-major, `cos, sin [seq, d/2]`.
-pub fn reference(x: &[f64], seq: usize, heads: usize, d: usize, cos: &[f64], sin: &[f64]) -> Vec<f64> {
+pub fn reference(
+    x: &[f64],
+    seq: usize,
+    heads: usize,
+    d: usize,
+    cos: &[f64],
+    sin: &[f64],
+) -> Vec<f64> {
     let half = d / 2;
     let mut out = vec![0.0; x.len()];
     for s in 0..seq {

@@ -50,7 +50,10 @@ impl RopeSpec {
         let half = head_dim / 2;
         // The reference's `default` RoPE ignores partial_rotary_factor and factor.
         let (rotated, factor) = if self.proportional {
-            ((self.partial_rotary_factor * head_dim as f64 / 2.0).floor() as usize, self.factor as f32)
+            (
+                (self.partial_rotary_factor * head_dim as f64 / 2.0).floor() as usize,
+                self.factor as f32,
+            )
         } else {
             (half, 1.0)
         };
@@ -117,9 +120,10 @@ pub struct Config {
 
 impl Config {
     pub fn from_file(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let value: Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let value: Value = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not valid JSON", path.display()))?;
         Config::from_json(&value).with_context(|| format!("{}", path.display()))
     }
 
@@ -158,7 +162,11 @@ impl Config {
             bail!("attention_bias = true is not supported: Gemma-4 has no attention biases");
         }
         // "vision" only affects image blocks; "all" would make the text stack bidirectional.
-        if text.get("use_bidirectional_attention").and_then(Value::as_str) == Some("all") {
+        if text
+            .get("use_bidirectional_attention")
+            .and_then(Value::as_str)
+            == Some("all")
+        {
             bail!("use_bidirectional_attention = \"all\" is not supported for text generation");
         }
 
@@ -167,10 +175,15 @@ impl Config {
         let ple = match text.get("hidden_size_per_layer_input") {
             None => Some(256),
             Some(Value::Null) => None,
-            Some(_) => Some(fields.usize_or("hidden_size_per_layer_input", 256)?).filter(|&w| w > 0),
+            Some(_) => {
+                Some(fields.usize_or("hidden_size_per_layer_input", 256)?).filter(|&w| w > 0)
+            }
         }
         .map(|width| -> Result<PleSpec> {
-            Ok(PleSpec { width, vocab_size: fields.usize_or("vocab_size_per_layer_input", 262144)? })
+            Ok(PleSpec {
+                width,
+                vocab_size: fields.usize_or("vocab_size_per_layer_input", 262144)?,
+            })
         })
         .transpose()?;
 
@@ -178,17 +191,27 @@ impl Config {
             let spec = MoeSpec {
                 num_experts: fields.required_usize("num_experts", "enable_moe_block is true")?,
                 top_k: fields.required_usize("top_k_experts", "enable_moe_block is true")?,
-                expert_width: fields.required_usize("moe_intermediate_size", "enable_moe_block is true")?,
+                expert_width: fields
+                    .required_usize("moe_intermediate_size", "enable_moe_block is true")?,
             };
             if spec.top_k == 0 || spec.top_k > spec.num_experts {
-                bail!("top_k_experts = {} must be in 1..={} (num_experts)", spec.top_k, spec.num_experts);
+                bail!(
+                    "top_k_experts = {} must be in 1..={} (num_experts)",
+                    spec.top_k,
+                    spec.num_experts
+                );
             }
             Some(spec)
         } else {
             None
         };
 
-        let layers = layer_specs(&fields, &layer_kinds, num_attention_heads, intermediate_size)?;
+        let layers = layer_specs(
+            &fields,
+            &layer_kinds,
+            num_attention_heads,
+            intermediate_size,
+        )?;
         let sliding_window = fields.usize_or("sliding_window", 512)?;
         if sliding_window == 0 {
             bail!("sliding_window must be positive");
@@ -196,10 +219,17 @@ impl Config {
 
         // Token ids: the multimodal wrapper carries eos at top level (the -it models list 1 and 106).
         let ids = |name: &str, default: u32| -> Result<Vec<u32>> {
-            let value = text.get(name).filter(|v| !v.is_null()).or_else(|| root.get(name).filter(|v| !v.is_null()));
+            let value = text
+                .get(name)
+                .filter(|v| !v.is_null())
+                .or_else(|| root.get(name).filter(|v| !v.is_null()));
             token_ids(name, value, default)
         };
-        let mut eos_token_ids = token_ids("eos_token_id", root.get("eos_token_id").filter(|v| !v.is_null()), 1)?;
+        let mut eos_token_ids = token_ids(
+            "eos_token_id",
+            root.get("eos_token_id").filter(|v| !v.is_null()),
+            1,
+        )?;
         for id in ids("eos_token_id", 1)? {
             if !eos_token_ids.contains(&id) {
                 eos_token_ids.push(id);
@@ -246,7 +276,9 @@ impl Config {
 fn check_model_type(text: &Map<String, Value>) -> Result<()> {
     match text.get("model_type").and_then(Value::as_str) {
         None | Some("gemma4_text") | Some("gemma4") => Ok(()),
-        Some(other) => bail!("model_type '{other}' is not a Gemma-4 text model (expected gemma4_text)"),
+        Some(other) => {
+            bail!("model_type '{other}' is not a Gemma-4 text model (expected gemma4_text)")
+        }
     }
 }
 
@@ -255,7 +287,10 @@ fn layer_kinds(fields: &Fields, num_layers: usize) -> Result<Vec<LayerKind>> {
     let mut kinds = match fields.0.get("layer_types").filter(|v| !v.is_null()) {
         Some(Value::Array(items)) => {
             if items.len() != num_layers {
-                bail!("layer_types has {} entries but num_hidden_layers is {num_layers}", items.len());
+                bail!(
+                    "layer_types has {} entries but num_hidden_layers is {num_layers}",
+                    items.len()
+                );
             }
             items
                 .iter()
@@ -269,7 +304,13 @@ fn layer_kinds(fields: &Fields, num_layers: usize) -> Result<Vec<LayerKind>> {
         }
         Some(other) => bail!("layer_types must be a list, got {other}"),
         None => (0..num_layers)
-            .map(|i| if (i + 1) % 6 == 0 { LayerKind::Full } else { LayerKind::Sliding })
+            .map(|i| {
+                if (i + 1) % 6 == 0 {
+                    LayerKind::Full
+                } else {
+                    LayerKind::Sliding
+                }
+            })
             .collect(),
     };
     if let Some(last) = kinds.last_mut() {
@@ -279,36 +320,59 @@ fn layer_kinds(fields: &Fields, num_layers: usize) -> Result<Vec<LayerKind>> {
 }
 
 fn rope_specs(fields: &Fields) -> Result<(RopeSpec, RopeSpec)> {
-    let default_sliding =
-        RopeSpec { theta: 10_000.0, proportional: false, partial_rotary_factor: 1.0, factor: 1.0 };
-    let default_full =
-        RopeSpec { theta: 1_000_000.0, proportional: true, partial_rotary_factor: 0.25, factor: 1.0 };
+    let default_sliding = RopeSpec {
+        theta: 10_000.0,
+        proportional: false,
+        partial_rotary_factor: 1.0,
+        factor: 1.0,
+    };
+    let default_full = RopeSpec {
+        theta: 1_000_000.0,
+        proportional: true,
+        partial_rotary_factor: 0.25,
+        factor: 1.0,
+    };
     let Some(params) = fields.0.get("rope_parameters").filter(|v| !v.is_null()) else {
         return Ok((default_sliding, default_full));
     };
-    let params = params.as_object().context("rope_parameters must be an object keyed by layer type")?;
+    let params = params
+        .as_object()
+        .context("rope_parameters must be an object keyed by layer type")?;
     let parse = |key: &str, default: RopeSpec| -> Result<RopeSpec> {
-        let Some(entry) = params.get(key) else { return Ok(default) };
+        let Some(entry) = params.get(key) else {
+            return Ok(default);
+        };
         let entry = entry
             .as_object()
             .with_context(|| format!("rope_parameters.{key} must be an object"))?;
         let f = Fields(entry);
-        let default_type = if default.proportional { "proportional" } else { "default" };
+        let default_type = if default.proportional {
+            "proportional"
+        } else {
+            "default"
+        };
         let proportional = match f.string_or("rope_type", default_type)?.as_str() {
             "default" => false,
             "proportional" => true,
             other => bail!("rope_parameters.{key}.rope_type '{other}' is not supported (expected default or proportional)"),
         };
         Ok(RopeSpec {
-            theta: f.f64_or("rope_theta", default.theta).with_context(|| format!("rope_parameters.{key}"))?,
+            theta: f
+                .f64_or("rope_theta", default.theta)
+                .with_context(|| format!("rope_parameters.{key}"))?,
             proportional,
             partial_rotary_factor: f
                 .f64_or("partial_rotary_factor", 1.0)
                 .with_context(|| format!("rope_parameters.{key}"))?,
-            factor: f.f64_or("factor", 1.0).with_context(|| format!("rope_parameters.{key}"))?,
+            factor: f
+                .f64_or("factor", 1.0)
+                .with_context(|| format!("rope_parameters.{key}"))?,
         })
     };
-    Ok((parse("sliding_attention", default_sliding)?, parse("full_attention", default_full)?))
+    Ok((
+        parse("sliding_attention", default_sliding)?,
+        parse("full_attention", default_full)?,
+    ))
 }
 
 fn layer_specs(
@@ -354,7 +418,7 @@ fn layer_specs(
             if hd == 0 || hd % 2 != 0 {
                 bail!("layer {i}: head_dim {hd} must be a positive even number");
             }
-            if kvh == 0 || num_attention_heads % kvh != 0 {
+            if kvh == 0 || !num_attention_heads.is_multiple_of(kvh) {
                 bail!("layer {i}: num_attention_heads {num_attention_heads} is not a multiple of its {kvh} key/value heads");
             }
             let consumer = shared > 0 && i >= first_consumer;
@@ -396,12 +460,16 @@ struct LayerOverride {
 }
 
 /// The ≥5.15 `per_layer_config`: `{"<layer index>": {"head_dim": g, "num_key_value_heads": k}}`.
-fn per_layer_overrides(fields: &Fields) -> Result<Option<std::collections::HashMap<usize, LayerOverride>>> {
+fn per_layer_overrides(
+    fields: &Fields,
+) -> Result<Option<std::collections::HashMap<usize, LayerOverride>>> {
     let mut out = std::collections::HashMap::new();
     let Some(map) = fields.0.get("per_layer_config").filter(|v| !v.is_null()) else {
         return Ok(None);
     };
-    let map = map.as_object().context("per_layer_config must be an object keyed by layer index")?;
+    let map = map
+        .as_object()
+        .context("per_layer_config must be an object keyed by layer index")?;
     for (key, entry) in map {
         let index: usize = key
             .parse()
@@ -413,7 +481,9 @@ fn per_layer_overrides(fields: &Fields) -> Result<Option<std::collections::HashM
         out.insert(
             index,
             LayerOverride {
-                head_dim: f.optional_usize("head_dim").with_context(|| format!("per_layer_config.{key}"))?,
+                head_dim: f
+                    .optional_usize("head_dim")
+                    .with_context(|| format!("per_layer_config.{key}"))?,
                 kv_heads: f
                     .optional_usize("num_key_value_heads")
                     .with_context(|| format!("per_layer_config.{key}"))?,
@@ -465,7 +535,10 @@ impl Fields<'_> {
 
     fn optional_f64(&self, name: &str) -> Result<Option<f64>> {
         self.present(name)
-            .map(|v| v.as_f64().with_context(|| format!("{name} must be a number, got {v}")))
+            .map(|v| {
+                v.as_f64()
+                    .with_context(|| format!("{name} must be a number, got {v}"))
+            })
             .transpose()
     }
 
@@ -475,7 +548,10 @@ impl Fields<'_> {
 
     fn bool_or(&self, name: &str, default: bool) -> Result<bool> {
         self.present(name)
-            .map(|v| v.as_bool().with_context(|| format!("{name} must be true or false, got {v}")))
+            .map(|v| {
+                v.as_bool()
+                    .with_context(|| format!("{name} must be true or false, got {v}"))
+            })
             .transpose()
             .map(|b| b.unwrap_or(default))
     }
@@ -491,6 +567,232 @@ impl Fields<'_> {
     }
 
     fn string_or(&self, name: &str, default: &str) -> Result<String> {
-        Ok(self.optional_string(name)?.unwrap_or_else(|| default.to_string()))
+        Ok(self
+            .optional_string(name)?
+            .unwrap_or_else(|| default.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn text(extra: Value) -> Value {
+        let mut base = json!({
+            "model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 6,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "intermediate_size": 128, "vocab_size": 512,
+        });
+        base.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        base
+    }
+
+    fn parse(v: Value) -> Config {
+        Config::from_json(&v).unwrap()
+    }
+
+    fn error(v: Value) -> String {
+        format!("{:#}", Config::from_json(&v).unwrap_err())
+    }
+
+    #[test]
+    fn class_defaults_apply_to_missing_fields() {
+        let c = parse(json!({"model_type": "gemma4_text"}));
+        assert_eq!(
+            (c.vocab_size, c.hidden_size, c.intermediate_size),
+            (262144, 2304, 9216)
+        );
+        assert_eq!(
+            (c.num_attention_heads, c.num_layers(), c.sliding_window),
+            (8, 30, 512)
+        );
+        assert_eq!(c.rms_norm_eps, 1e-6);
+        assert_eq!(c.final_logit_softcapping, None);
+        assert_eq!(
+            c.ple,
+            Some(PleSpec {
+                width: 256,
+                vocab_size: 262144
+            })
+        );
+        assert_eq!(c.moe, None);
+        assert!(c.tie_word_embeddings);
+        assert_eq!(
+            (c.pad_token_id, c.bos_token_id, c.eos_token_ids.clone()),
+            (0, 2, vec![1])
+        );
+        // Sliding layers: head_dim 256 × 4 KV heads; full layers: global_head_dim 512.
+        assert_eq!((c.layers[0].head_dim, c.layers[0].kv_heads), (256, 4));
+        assert_eq!(
+            (c.layers[5].kind, c.layers[5].head_dim, c.layers[5].kv_heads),
+            (LayerKind::Full, 512, 4)
+        );
+        assert!(c.rope_full.proportional && c.rope_full.partial_rotary_factor == 0.25);
+        assert_eq!(c.rope_sliding.theta, 10_000.0);
+    }
+
+    #[test]
+    fn absent_layer_types_give_five_to_one_and_the_last_layer_is_forced_full() {
+        let c = parse(text(json!({"num_hidden_layers": 8})));
+        let kinds: Vec<_> = c.layers.iter().map(|l| l.kind).collect();
+        use LayerKind::{Full as F, Sliding as S};
+        assert_eq!(kinds, vec![S, S, S, S, S, F, S, F]);
+        let c = parse(text(json!({"layer_types": vec!["sliding_attention"; 6]})));
+        assert_eq!(c.layers[5].kind, F);
+    }
+
+    #[test]
+    fn flat_era_global_fields_apply_to_full_layers() {
+        let c = parse(text(
+            json!({"global_head_dim": 32, "num_global_key_value_heads": 1, "attention_k_eq_v": true}),
+        ));
+        assert_eq!(
+            (
+                c.layers[5].head_dim,
+                c.layers[5].kv_heads,
+                c.layers[5].k_eq_v
+            ),
+            (32, 1, true)
+        );
+        assert_eq!(
+            (
+                c.layers[0].head_dim,
+                c.layers[0].kv_heads,
+                c.layers[0].k_eq_v
+            ),
+            (16, 2, false)
+        );
+        // Without k_eq_v the global KV-head count does not apply.
+        let c = parse(text(
+            json!({"global_head_dim": 32, "num_global_key_value_heads": 1}),
+        ));
+        assert_eq!((c.layers[5].kv_heads, c.layers[5].k_eq_v), (2, false));
+    }
+
+    #[test]
+    fn per_layer_config_era_overrides_by_layer_index() {
+        let c = parse(text(json!({
+            "attention_k_eq_v": true,
+            "per_layer_config": {"5": {"head_dim": 32, "num_key_value_heads": 1}},
+            "global_head_dim": 999,
+        })));
+        assert_eq!((c.layers[5].head_dim, c.layers[5].kv_heads), (32, 1));
+        assert_eq!(c.layers[4].head_dim, 16);
+        let err = error(text(json!({"per_layer_config": {"x": {}}})));
+        assert!(err.contains("per_layer_config key 'x'"), "{err}");
+    }
+
+    #[test]
+    fn both_layouts_read_the_same_text_fields() {
+        let flat = parse(text(json!({"eos_token_id": 1})));
+        let nested = parse(
+            json!({"model_type": "gemma4", "text_config": text(json!({})), "eos_token_id": [1, 106]}),
+        );
+        assert_eq!(flat.layout, CheckpointLayout::TextOnly);
+        assert_eq!(nested.layout, CheckpointLayout::Multimodal);
+        assert_eq!(flat.layers, nested.layers);
+        assert_eq!(nested.eos_token_ids, vec![1, 106]);
+    }
+
+    #[test]
+    fn ple_is_disabled_by_zero_or_null_and_defaults_to_256() {
+        assert_eq!(
+            parse(text(json!({"hidden_size_per_layer_input": 0}))).ple,
+            None
+        );
+        assert_eq!(
+            parse(text(json!({"hidden_size_per_layer_input": null}))).ple,
+            None
+        );
+        assert_eq!(parse(text(json!({}))).ple.unwrap().width, 256);
+        assert_eq!(
+            parse(text(json!({"hidden_size_per_layer_input": 8})))
+                .ple
+                .unwrap()
+                .width,
+            8
+        );
+    }
+
+    #[test]
+    fn kv_sharing_reads_the_last_non_shared_layer_of_the_same_type() {
+        // E2B: 35 layers, full every fifth, 20 shared → sliding consumers ← 13, full ← 14.
+        let kinds: Vec<&str> = (0..35)
+            .map(|i| {
+                if (i + 1) % 5 == 0 {
+                    "full_attention"
+                } else {
+                    "sliding_attention"
+                }
+            })
+            .collect();
+        let c = parse(text(json!({
+            "num_hidden_layers": 35, "layer_types": kinds, "num_kv_shared_layers": 20,
+            "use_double_wide_mlp": true, "num_key_value_heads": 1,
+        })));
+        assert_eq!(c.layers[14].kv_source, KvSource::Own);
+        assert_eq!(c.layers[15].kv_source, KvSource::SharedFrom(13));
+        assert_eq!(c.layers[19].kv_source, KvSource::SharedFrom(14));
+        assert_eq!((c.layers[14].mlp_width, c.layers[15].mlp_width), (128, 256));
+    }
+
+    #[test]
+    fn proportional_rope_divides_by_the_whole_head_and_zero_pads() {
+        let c = parse(text(json!({})));
+        let inv = c.rope_full.inv_freq(512);
+        assert_eq!(inv.len(), 256);
+        assert!(inv[64..].iter().all(|&f| f == 0.0));
+        let expected = 1.0 / 1_000_000f32.powf(2.0 / 512.0);
+        assert!(
+            (inv[1] - expected).abs() < 1e-12,
+            "{} vs {expected}",
+            inv[1]
+        );
+        let sliding = c.rope_sliding.inv_freq(256);
+        assert!(sliding.iter().all(|&f| f > 0.0));
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_bad_values_are_named() {
+        parse(text(
+            json!({"some_future_field": {"x": 1}, "use_bidirectional_attention": "vision"}),
+        ));
+        for (bad, needle) in [
+            (
+                json!({"hidden_size": -1}),
+                "hidden_size must be a non-negative integer",
+            ),
+            (json!({"hidden_size": 0}), "hidden_size must be positive"),
+            (
+                json!({"layer_types": ["sliding_attention"]}),
+                "layer_types has 1 entries but num_hidden_layers is 6",
+            ),
+            (json!({"layer_types": vec!["x"; 6]}), "layer_types[0]"),
+            (
+                json!({"num_key_value_heads": 3}),
+                "not a multiple of its 3 key/value heads",
+            ),
+            (
+                json!({"hidden_activation": "silu"}),
+                "hidden_activation 'silu' is not supported",
+            ),
+            (json!({"enable_moe_block": true}), "num_experts is required"),
+            (json!({"num_kv_shared_layers": 6}), "leaves no layer"),
+            (json!({"model_type": "llama"}), "model_type 'llama'"),
+            (
+                json!({"rope_parameters": {"full_attention": {"rope_type": "yarn"}}}),
+                "rope_type 'yarn'",
+            ),
+            (
+                json!({"use_bidirectional_attention": "all"}),
+                "use_bidirectional_attention",
+            ),
+        ] {
+            let err = error(text(bad.clone()));
+            assert!(err.contains(needle), "{bad}: '{err}' lacks '{needle}'");
+        }
     }
 }

@@ -5,10 +5,11 @@ use super::config::{Config, KvSource, LayerKind, LayerSpec};
 use super::kv_cache::{attention_mask, KvCache};
 use super::weights::Checkpoint;
 use crate::kernels::{
-    attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res, gelu_and_mul::gelu_and_mul,
-    gelu_mul::gelu_mul, moe_gather_rows::moe_gather_rows, moe_router_topk::moe_router_topk,
-    moe_weighted_scatter_add::moe_weighted_scatter_add, moe_zero::moe_zero, rms_norm::rms_norm,
-    rms_norm_plus_add::rms_norm_plus_add, rope::rope, softcap::softcap,
+    attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res,
+    gelu_and_mul::gelu_and_mul, gelu_mul::gelu_mul, moe_gather_rows::moe_gather_rows,
+    moe_router_topk::moe_router_topk, moe_weighted_scatter_add::moe_weighted_scatter_add,
+    moe_zero::moe_zero, rms_norm::rms_norm, rms_norm_plus_add::rms_norm_plus_add, rope::rope,
+    softcap::softcap,
 };
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
@@ -111,7 +112,11 @@ impl Gemma4 {
     }
 
     /// Builds the model from an opened checkpoint; `on_layer` is told each finished layer.
-    pub fn from_checkpoint(config: Config, ckpt: &Checkpoint, on_layer: &mut dyn FnMut(usize)) -> Result<Gemma4> {
+    pub fn from_checkpoint(
+        config: Config,
+        ckpt: &Checkpoint,
+        on_layer: &mut dyn FnMut(usize),
+    ) -> Result<Gemma4> {
         let h = config.hidden_size;
         let v = config.vocab_size;
         let dtype = ckpt.dtype();
@@ -122,17 +127,22 @@ impl Gemma4 {
                 Some(PerLayerEmbeddings {
                     width: spec.width,
                     vocab_size: spec.vocab_size,
-                    table: ckpt.tensor("embed_tokens_per_layer.weight", &[spec.vocab_size, total])?,
+                    table: ckpt
+                        .tensor("embed_tokens_per_layer.weight", &[spec.vocab_size, total])?,
                     table_scale: round_to(dtype, (spec.width as f64).sqrt()),
-                    model_projection: ckpt.tensor("per_layer_model_projection.weight", &[total, h])?,
-                    projection_norm: ckpt.tensor("per_layer_projection_norm.weight", &[spec.width])?,
+                    model_projection: ckpt
+                        .tensor("per_layer_model_projection.weight", &[total, h])?,
+                    projection_norm: ckpt
+                        .tensor("per_layer_projection_norm.weight", &[spec.width])?,
                 })
             }
             None => None,
         };
         let mut layers = Vec::with_capacity(config.num_layers());
         for (i, spec) in config.layers.iter().enumerate() {
-            layers.push(DecoderLayer::load(&config, spec, i, ckpt).with_context(|| format!("layer {i}"))?);
+            layers.push(
+                DecoderLayer::load(&config, spec, i, ckpt).with_context(|| format!("layer {i}"))?,
+            );
             on_layer(i);
         }
         let lm_head = if !config.tie_word_embeddings && ckpt.contains_absolute("lm_head.weight") {
@@ -173,8 +183,14 @@ impl Gemma4 {
         if ids.is_empty() {
             bail!("forward needs at least one token");
         }
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.config.vocab_size) {
-            bail!("token id {bad} is outside the model's vocabulary of {}", self.config.vocab_size);
+        if let Some(&bad) = ids
+            .iter()
+            .find(|&&id| id as usize >= self.config.vocab_size)
+        {
+            bail!(
+                "token id {bad} is outside the model's vocabulary of {}",
+                self.config.vocab_size
+            );
         }
         let start = cache.len();
         let seq = ids.len();
@@ -187,9 +203,14 @@ impl Gemma4 {
         }
         let ids_t = Tensor::new(ids, &self.device)?;
         let x = (self.embed_tokens.index_select(&ids_t, 0)? * self.embed_scale)?.unsqueeze(0)?;
-        let ple = self.ple.as_ref().map(|ple| ple.inputs(ids, &x, &self.config)).transpose()?;
+        let ple = self
+            .ple
+            .as_ref()
+            .map(|ple| ple.inputs(ids, &x, &self.config))
+            .transpose()?;
 
-        let rope = |kind: LayerKind| -> Result<(Tensor, Tensor)> { self.rope_tables(kind, start, seq) };
+        let rope =
+            |kind: LayerKind| -> Result<(Tensor, Tensor)> { self.rope_tables(kind, start, seq) };
         let rope_sliding = rope(LayerKind::Sliding)?;
         let rope_full = rope(LayerKind::Full)?;
         let mut masks: [Option<Option<Tensor>>; 2] = [None, None];
@@ -208,20 +229,31 @@ impl Gemma4 {
             let h = rms_norm(&x, Some(&layer.input_norm), self.config.rms_norm_eps)?;
             let (q, k, v) = match (&layer.own_kv, layer.spec.kv_source) {
                 (Some(own), _) => {
-                    let (q, k, v) = layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
+                    let (q, k, v) =
+                        layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
                     let attend = cache.append(i, &k, &v)?;
                     if masks[slot].is_none() {
-                        masks[slot] = Some(attention_mask(start, seq, &attend.key_positions, window, &self.device)?);
+                        masks[slot] = Some(attention_mask(
+                            start,
+                            seq,
+                            &attend.key_positions,
+                            window,
+                            &self.device,
+                        )?);
                     }
                     published[i] = Some((attend.k.clone(), attend.v.clone()));
                     (q, attend.k, attend.v)
                 }
                 (None, KvSource::SharedFrom(producer)) => {
                     let q = layer.project_q(&h, cos, sin, self.config.rms_norm_eps)?;
-                    let (k, v) = published[producer].clone().context("internal: producer ran after consumer")?;
+                    let (k, v) = published[producer]
+                        .clone()
+                        .context("internal: producer ran after consumer")?;
                     (q, k, v)
                 }
-                (None, KvSource::Own) => bail!("internal: layer {i} owns its K/V but has no projections"),
+                (None, KvSource::Own) => {
+                    bail!("internal: layer {i} owns its K/V but has no projections")
+                }
             };
             let mask = masks[slot].as_ref().and_then(|m| m.as_ref());
             let attn = attention(&q, &k, &v, mask, 1.0)?;
@@ -275,19 +307,32 @@ impl PerLayerEmbeddings {
         // Ids past the PLE vocabulary (multimodal placeholders) read the pad row.
         let ple_ids: Vec<u32> = ids
             .iter()
-            .map(|&id| if (id as usize) < self.vocab_size { id } else { config.pad_token_id })
+            .map(|&id| {
+                if (id as usize) < self.vocab_size {
+                    id
+                } else {
+                    config.pad_token_id
+                }
+            })
             .collect();
         let ple_ids = Tensor::new(ple_ids.as_slice(), x0.device())?;
-        let token_part = (self.table.index_select(&ple_ids, 0)? * self.table_scale)?.reshape((1, seq, layers, self.width))?;
-        let context = (linear(x0, &self.model_projection)? * (config.hidden_size as f64).powf(-0.5))?
+        let token_part = (self.table.index_select(&ple_ids, 0)? * self.table_scale)?
             .reshape((1, seq, layers, self.width))?;
+        let context = (linear(x0, &self.model_projection)?
+            * (config.hidden_size as f64).powf(-0.5))?
+        .reshape((1, seq, layers, self.width))?;
         let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
         Ok(((context + token_part)? * 2f64.powf(-0.5))?)
     }
 }
 
 impl DecoderLayer {
-    fn load(config: &Config, spec: &LayerSpec, i: usize, ckpt: &Checkpoint) -> Result<DecoderLayer> {
+    fn load(
+        config: &Config,
+        spec: &LayerSpec,
+        i: usize,
+        ckpt: &Checkpoint,
+    ) -> Result<DecoderLayer> {
         let h = config.hidden_size;
         let nh = config.num_attention_heads;
         let (hd, kvh) = (spec.head_dim, spec.kv_heads);
@@ -312,7 +357,10 @@ impl DecoderLayer {
                 router_proj: ckpt.tensor(&p("router.proj.weight"), &[m.num_experts, h])?,
                 router_scale: ckpt.tensor(&p("router.scale"), &[h])?,
                 per_expert_scale: ckpt.tensor(&p("router.per_expert_scale"), &[m.num_experts])?,
-                gate_up: ckpt.tensor(&p("experts.gate_up_proj"), &[m.num_experts, 2 * m.expert_width, h])?,
+                gate_up: ckpt.tensor(
+                    &p("experts.gate_up_proj"),
+                    &[m.num_experts, 2 * m.expert_width, h],
+                )?,
                 down: ckpt.tensor(&p("experts.down_proj"), &[m.num_experts, h, m.expert_width])?,
                 pre_norm_2: norm("pre_feedforward_layernorm_2.weight")?,
                 post_norm_1: norm("post_feedforward_layernorm_1.weight")?,
@@ -377,14 +425,29 @@ impl DecoderLayer {
         };
         let k = rope(&rms_norm(&k_raw, Some(&own.k_norm), eps)?, cos, sin)?;
         let v = rms_norm(&v_raw, None, eps)?;
-        Ok((q, k.transpose(1, 2)?.contiguous()?, v.transpose(1, 2)?.contiguous()?))
+        Ok((
+            q,
+            k.transpose(1, 2)?.contiguous()?,
+            v.transpose(1, 2)?.contiguous()?,
+        ))
     }
 
     /// Everything after attention: post-norm and residual, MLP (+ MoE), PLE, layer_scalar.
-    fn feed_forward(&self, x: &Tensor, attn: &Tensor, ple: Option<Tensor>, config: &Config) -> Result<Tensor> {
+    fn feed_forward(
+        &self,
+        x: &Tensor,
+        attn: &Tensor,
+        ple: Option<Tensor>,
+        config: &Config,
+    ) -> Result<Tensor> {
         let eps = config.rms_norm_eps;
-        let (residual, normed) =
-            dual_rms_norm_plus_res(x, attn, &self.post_attention_norm, &self.pre_feedforward_norm, eps)?;
+        let (residual, normed) = dual_rms_norm_plus_res(
+            x,
+            attn,
+            &self.post_attention_norm,
+            &self.pre_feedforward_norm,
+            eps,
+        )?;
         let gate = linear(&normed, &self.mlp.gate)?;
         let up = linear(&normed, &self.mlp.up)?;
         let mut mlp_out = linear(&gelu_mul(&gate, &up)?, &self.mlp.down)?;

@@ -46,7 +46,11 @@ impl KvCache {
             .iter()
             .map(|spec| match (spec.kv_source, spec.kind) {
                 (KvSource::SharedFrom(_), _) => None,
-                (KvSource::Own, LayerKind::Full) => Some(LayerCache::Full(FullCache { k: None, v: None, len: 0 })),
+                (KvSource::Own, LayerKind::Full) => Some(LayerCache::Full(FullCache {
+                    k: None,
+                    v: None,
+                    len: 0,
+                })),
                 (KvSource::Own, LayerKind::Sliding) => Some(LayerCache::Sliding(RingCache {
                     window: config.sliding_window,
                     k: None,
@@ -100,11 +104,18 @@ impl FullCache {
             self.k = Some(grow(self.k.take(), k, grown, self.len)?);
             self.v = Some(grow(self.v.take(), v, grown, self.len)?);
         }
-        let (kb, vb) = (self.k.as_ref().expect("allocated above"), self.v.as_ref().expect("allocated above"));
+        let (kb, vb) = (
+            self.k.as_ref().expect("allocated above"),
+            self.v.as_ref().expect("allocated above"),
+        );
         kb.slice_set(&k.contiguous()?, 2, start)?;
         vb.slice_set(&v.contiguous()?, 2, start)?;
         self.len = needed;
-        Ok(AttendKv { k: kb.narrow(2, 0, needed)?, v: vb.narrow(2, 0, needed)?, key_positions: (0..needed).collect() })
+        Ok(AttendKv {
+            k: kb.narrow(2, 0, needed)?,
+            v: vb.narrow(2, 0, needed)?,
+            key_positions: (0..needed).collect(),
+        })
     }
 }
 
@@ -135,13 +146,19 @@ impl RingCache {
             AttendKv {
                 k: kb.narrow(2, 0, count)?,
                 v: vb.narrow(2, 0, count)?,
-                key_positions: self.slots[..count].iter().map(|p| p.expect("filled slot")).collect(),
+                key_positions: self.slots[..count]
+                    .iter()
+                    .map(|p| p.expect("filled slot"))
+                    .collect(),
             }
         } else {
             // Prefill: attend over what the ring holds plus the whole chunk, then keep the
             // chunk's last W positions.
             let (kb, vb) = self.buffers();
-            let mut key_positions: Vec<usize> = self.slots[..filled].iter().map(|p| p.expect("filled slot")).collect();
+            let mut key_positions: Vec<usize> = self.slots[..filled]
+                .iter()
+                .map(|p| p.expect("filled slot"))
+                .collect();
             key_positions.extend(start..start + new);
             let attend = AttendKv {
                 k: Tensor::cat(&[&kb.narrow(2, 0, filled)?, k], 2)?,
@@ -150,14 +167,21 @@ impl RingCache {
             };
             let keep = new.min(self.window);
             let skip = new - keep;
-            self.write(start + skip, &k.narrow(2, skip, keep)?, &v.narrow(2, skip, keep)?)?;
+            self.write(
+                start + skip,
+                &k.narrow(2, skip, keep)?,
+                &v.narrow(2, skip, keep)?,
+            )?;
             attend
         };
         Ok(result)
     }
 
     fn buffers(&self) -> (&Tensor, &Tensor) {
-        (self.k.as_ref().expect("allocated on first append"), self.v.as_ref().expect("allocated on first append"))
+        (
+            self.k.as_ref().expect("allocated on first append"),
+            self.v.as_ref().expect("allocated on first append"),
+        )
     }
 
     /// Writes `count ≤ W` consecutive positions from `first`, wrapping around the ring.
@@ -190,7 +214,15 @@ pub fn attention_mask(
 ) -> Result<Option<Tensor>> {
     let visible = |q: usize, k: usize| k <= q && window.is_none_or(|w| q - k < w);
     let data: Vec<f32> = (first_query..first_query + queries)
-        .flat_map(|q| key_positions.iter().map(move |&k| if visible(q, k) { 0.0 } else { f32::NEG_INFINITY }))
+        .flat_map(|q| {
+            key_positions.iter().map(move |&k| {
+                if visible(q, k) {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
         .collect();
     if data.iter().all(|&m| m == 0.0) {
         return Ok(None);

@@ -29,8 +29,13 @@ impl Checkpoint {
         let mut location = HashMap::new();
         for path in paths {
             // SAFETY: the file is mapped read-only; g4 never writes checkpoints it has open.
-            let mapped = unsafe { MmapedSafetensors::new(&path) }
-                .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file: {}", path.display(), root_cause(&e)))?;
+            let mapped = unsafe { MmapedSafetensors::new(&path) }.map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: not a valid safetensors file: {}",
+                    path.display(),
+                    root_cause(&e)
+                )
+            })?;
             for (name, _) in mapped.tensors() {
                 location.insert(name, files.len());
             }
@@ -46,7 +51,13 @@ impl Checkpoint {
                     PREFIXES.join(", ")
                 )
             })?;
-        Ok(Checkpoint { files, location, prefix, device: device.clone(), dtype })
+        Ok(Checkpoint {
+            files,
+            location,
+            prefix,
+            device: device.clone(),
+            dtype,
+        })
     }
 
     /// The compute dtype tensors are converted to.
@@ -65,7 +76,8 @@ impl Checkpoint {
 
     /// Whether the text decoder has a tensor `name` (relative to the decoder prefix).
     pub fn contains(&self, name: &str) -> bool {
-        self.location.contains_key(&format!("{}{name}", self.prefix))
+        self.location
+            .contains_key(&format!("{}{name}", self.prefix))
     }
 
     /// Whether the checkpoint has a tensor with this absolute name (e.g. `lm_head.weight`).
@@ -82,12 +94,15 @@ impl Checkpoint {
     pub fn absolute_tensor(&self, full_name: &str, shape: &[usize]) -> Result<Tensor> {
         let Some(&file) = self.location.get(full_name) else {
             let files: Vec<String> = self.files.iter().map(|(p, _)| file_name(p)).collect();
-            bail!("missing tensor {full_name} (looked in {})", files.join(", "));
+            bail!(
+                "missing tensor {full_name} (looked in {})",
+                files.join(", ")
+            );
         };
         let (path, mapped) = &self.files[file];
-        let view = mapped
-            .get(full_name)
-            .map_err(|e| anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e)))?;
+        let view = mapped.get(full_name).map_err(|e| {
+            anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
+        })?;
         if view.shape() != shape {
             bail!(
                 "{}: tensor {full_name} has shape {:?}, expected {:?} from config.json",
@@ -96,9 +111,9 @@ impl Checkpoint {
                 shape
             );
         }
-        let stored = mapped
-            .load(full_name, &Device::Cpu)
-            .map_err(|e| anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e)))?;
+        let stored = mapped.load(full_name, &Device::Cpu).map_err(|e| {
+            anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
+        })?;
         if !matches!(stored.dtype(), DType::F32 | DType::BF16 | DType::F16) {
             bail!(
                 "{}: tensor {full_name} is stored as {:?}; g4 loads f32, bf16 and f16 weights",
@@ -109,7 +124,9 @@ impl Checkpoint {
         stored
             .to_dtype(self.dtype)
             .and_then(|t| t.to_device(&self.device))
-            .map_err(|e| anyhow::anyhow!("tensor {full_name}: cannot move to {:?}: {e}", self.device))
+            .map_err(|e| {
+                anyhow::anyhow!("tensor {full_name}: cannot move to {:?}: {e}", self.device)
+            })
     }
 }
 
@@ -121,9 +138,10 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
-        let text = std::fs::read_to_string(&index).with_context(|| format!("cannot read {}", index.display()))?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index.display()))?;
+        let text = std::fs::read_to_string(&index)
+            .with_context(|| format!("cannot read {}", index.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not valid JSON", index.display()))?;
         let map = json
             .get("weight_map")
             .and_then(|m| m.as_object())
@@ -133,7 +151,11 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
         names.dedup();
         let paths: Vec<PathBuf> = names.into_iter().map(|n| dir.join(n)).collect();
         if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
-            bail!("{}: lists shard {} which does not exist", index.display(), missing.display());
+            bail!(
+                "{}: lists shard {} which does not exist",
+                index.display(),
+                missing.display()
+            );
         }
         return Ok(paths);
     }
@@ -154,7 +176,10 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// candle wraps errors with backtraces and paths; users need the innermost message on one line.

@@ -1,0 +1,232 @@
+//! `g4 verify-golden`: token-exact check against goldens made by the reference implementation.
+//! A gate that did not run never reads green: a missing checkpoint is SKIPPED, loudly, and
+//! fails the run unless `--allow-missing` is given.
+
+use anyhow::Result;
+use g4::device::{dtype_name, open_device, parse_dtype};
+use g4::golden::{self, CaseResult, GoldenFile};
+use g4::model::Gemma4;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Golden files or directories to search (default: golden/).
+    paths: Vec<PathBuf>,
+    /// Device to run on: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Compute dtype (f32, bf16, f16); default: the reference's dtype.
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Prefill prompts in chunks of this many tokens (checks attention after a non-empty cache).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
+    /// Pass a case whose teacher-forced top-1 agreement reaches this fraction instead of
+    /// requiring it token-exact (for dtypes coarser than the reference's).
+    #[arg(long, value_name = "FRACTION")]
+    min_agreement: Option<f64>,
+    /// Treat goldens whose checkpoint is missing as skipped without failing the run.
+    #[arg(long)]
+    allow_missing: bool,
+    /// Print one JSON object instead of the human report.
+    #[arg(long)]
+    json: bool,
+}
+
+enum Outcome {
+    Ran {
+        dtype: String,
+        cases: Vec<CaseResult>,
+    },
+    Skipped(String),
+    Error(String),
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let paths = if args.paths.is_empty() {
+        vec![PathBuf::from("golden")]
+    } else {
+        args.paths.clone()
+    };
+    let files = golden::discover(&paths)?;
+    let device = open_device(&args.device)?;
+    if let Some(f) = args.min_agreement {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&f),
+            "--min-agreement {f}: expected a fraction in 0..=1"
+        );
+    }
+
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let mut report = Vec::new();
+    for path in &files {
+        let outcome = verify_file(path, &device, &args);
+        match &outcome {
+            Outcome::Ran { dtype, cases } => {
+                for case in cases {
+                    let ok = case_passes(case, args.min_agreement);
+                    if ok {
+                        passed += 1
+                    } else {
+                        failed += 1
+                    }
+                    if !args.json {
+                        println!("{}", case_line(path, case, ok, dtype, args.min_agreement));
+                    }
+                }
+            }
+            Outcome::Skipped(why) => {
+                skipped += 1;
+                eprintln!("SKIPPED {}: {why}", path.display());
+                if !args.json {
+                    println!("SKIPPED {}: {why}", path.display());
+                }
+            }
+            Outcome::Error(why) => {
+                failed += 1;
+                if !args.json {
+                    println!("FAIL {}: {why}", path.display());
+                }
+            }
+        }
+        report.push(file_json(path, &outcome, args.min_agreement));
+    }
+
+    let summary = if skipped > 0 {
+        format!("{passed} passed, {failed} failed, {skipped} skipped")
+    } else {
+        format!("{passed} passed, {failed} failed")
+    };
+    if args.json {
+        let value = json!({
+            "device": g4::device::device_name(&device),
+            "passed": passed, "failed": failed, "skipped": skipped,
+            "goldens": report,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!("{summary}");
+    }
+    if failed > 0 || passed + skipped == 0 {
+        return Ok(ExitCode::from(1));
+    }
+    if skipped > 0 && !args.allow_missing {
+        eprintln!(
+            "verify-golden: {skipped} golden(s) did not run; pass --allow-missing to accept that"
+        );
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn verify_file(path: &Path, device: &candle_core::Device, args: &Args) -> Outcome {
+    let golden = match GoldenFile::load(path) {
+        Ok(g) => g,
+        Err(e) => return Outcome::Error(super::one_line(&e)),
+    };
+    let model_dir = golden.model_dir(path);
+    if !model_dir.join("config.json").is_file() {
+        return Outcome::Skipped(format!("checkpoint {} is missing", model_dir.display()));
+    }
+    let dtype_spec = args
+        .dtype
+        .clone()
+        .unwrap_or_else(|| golden.reference.dtype.clone());
+    let result = (|| -> Result<Outcome> {
+        let dtype = parse_dtype(&dtype_spec)?;
+        let model = Gemma4::load(&model_dir, device, dtype)?;
+        let cases = golden
+            .cases
+            .iter()
+            .map(|case| golden::run_case(&model, case, args.prefill_chunk))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Outcome::Ran {
+            dtype: dtype_name(dtype).to_string(),
+            cases,
+        })
+    })();
+    result.unwrap_or_else(|e| Outcome::Error(super::one_line(&e)))
+}
+
+fn case_passes(case: &CaseResult, min_agreement: Option<f64>) -> bool {
+    match min_agreement {
+        Some(fraction) => case.top1_agreement as f64 >= fraction * case.total as f64,
+        None => case.token_exact(),
+    }
+}
+
+fn golden_name(path: &Path) -> String {
+    let dir = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    match (dir, path.file_stem()) {
+        (Some(dir), Some(stem)) if stem == "golden" => dir,
+        (_, Some(stem)) => stem.to_string_lossy().into_owned(),
+        _ => path.display().to_string(),
+    }
+}
+
+fn case_line(
+    path: &Path,
+    case: &CaseResult,
+    ok: bool,
+    dtype: &str,
+    min_agreement: Option<f64>,
+) -> String {
+    let name = format!("{}/{}", golden_name(path), case.name);
+    let agreement = format!(
+        "top-1 agreement {}/{} ({dtype})",
+        case.top1_agreement, case.total
+    );
+    let verdict = if ok { "PASS" } else { "FAIL" };
+    match (&case.divergence, min_agreement) {
+        (None, _) => format!(
+            "{verdict} {name} {}/{} token-exact, {agreement}",
+            case.matched, case.total
+        ),
+        (Some(d), _) => {
+            let reference_rank = match d.got_rank_in_reference {
+                Some(rank) => format!("g4's token is rank {rank} in reference"),
+                None => "g4's token is not in the reference's recorded top-k".to_string(),
+            };
+            let kind = if d.is_near_tie() {
+                "near-tie"
+            } else {
+                "diverged"
+            };
+            format!(
+                "{verdict} {name} {}/{}: step {} got {} expected {} (expected token is rank {} in g4, margin {:.4}; {reference_rank}; {kind}); {agreement}",
+                case.matched, case.total, d.step, d.got, d.expected, d.expected_rank_in_g4, d.margin
+            )
+        }
+    }
+}
+
+fn file_json(path: &Path, outcome: &Outcome, min_agreement: Option<f64>) -> serde_json::Value {
+    match outcome {
+        Outcome::Ran { dtype, cases } => json!({
+            "file": path.display().to_string(),
+            "status": "ran",
+            "dtype": dtype,
+            "cases": cases.iter().map(|c| json!({
+                "name": c.name,
+                "status": if case_passes(c, min_agreement) { "pass" } else { "fail" },
+                "token_exact": c.token_exact(),
+                "matched": c.matched,
+                "total": c.total,
+                "top1_agreement": c.top1_agreement,
+                "divergence": c.divergence,
+                "generated_ids": c.generated_ids,
+            })).collect::<Vec<_>>(),
+        }),
+        Outcome::Skipped(why) => {
+            json!({"file": path.display().to_string(), "status": "skipped", "reason": why})
+        }
+        Outcome::Error(why) => {
+            json!({"file": path.display().to_string(), "status": "error", "reason": why})
+        }
+    }
+}
