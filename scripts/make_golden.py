@@ -8,6 +8,9 @@ never from g4. Usage (a venv outside the repo keeps torch out of the tree):
         transformers==5.24.0 safetensors==0.7.0
     /tmp/g4-golden/bin/python scripts/make_golden.py [--out golden] [--only NAME ...]
 
+With --trained DIR it instead writes goldens for an existing checkpoint (the embedded default
+model, golden/kjv-tiny), from text prompts encoded with the checkpoint's own tokenizer.
+
 Each variant lands in golden/<name>/: model/ (config.json, safetensors, generation_config.json)
 and golden.json (format g4-golden/1). Together the variants cover every branch of
 GEMMA4_TEXT.md: both layer patterns, sliding windows much shorter than the prompts, proportional
@@ -225,15 +228,62 @@ def build(name, overrides, opts, out_root, seed):
     print(f"{name}: {len(cases)} cases, min margins {margins}")
 
 
+# Text prompts for a trained checkpoint: plain continuation and one chat turn.
+TRAINED_PROMPTS = [
+    ("beginning", "In the beginning", 40),
+    ("moses", "And the LORD spake unto Moses, saying,", 40),
+    ("long-context", "Blessed are the poor in spirit: for theirs is the kingdom of heaven. Blessed are they that "
+     "mourn: for they shall be comforted. Blessed are the meek: for they shall inherit the earth. Blessed are "
+     "they which do hunger and thirst after righteousness: for they shall be filled.", 48),
+    ("chat", "<|turn>user\nGe1:3<turn|>\n<|turn>model\n", 32),
+]
+
+
+def trained_goldens(model_dir, out):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    model = Gemma4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    cases = []
+    for name, text, new in TRAINED_PROMPTS:
+        prompt = [2] + tok.encode(text).ids
+        tokens, logprobs = greedy_with_scores(model, prompt, new)
+        top = [lp.topk(TOP_K) for lp in logprobs]
+        margins = [float(t.values[0] - t.values[1]) for t in top]
+        if min(margins) < MIN_MARGIN:
+            raise SystemExit(f"{name}: margin {min(margins):.2e} < {MIN_MARGIN}; choose another prompt")
+        if cache_free_greedy(model, prompt, new) != tokens:
+            raise SystemExit(f"{name}: HF cached and cache-free greedy disagree; refusing to write a golden")
+        cases.append({
+            "name": name, "prompt": text, "prompt_ids": prompt, "expected_ids": tokens,
+            "expected_text": tok.decode(tokens),
+            "top_logprobs": [[[int(i), round(float(v), 6)] for v, i in zip(t.values, t.indices)] for t in top],
+            "min_margin": round(min(margins), 6),
+        })
+        print(f"{name}: min margin {min(margins):.4f}: {tok.decode(tokens)!r}")
+    golden = {
+        "format": "g4-golden/1",
+        "model": "model",
+        "reference": {"implementation": "transformers", "version": transformers.__version__,
+                      "torch": torch.__version__, "dtype": "float32", "attention": "eager"},
+        "cases": cases,
+    }
+    (out / "golden.json").write_text(json.dumps(golden, indent=1) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="golden", type=Path)
     parser.add_argument("--only", nargs="*", help="variants to (re)build")
     parser.add_argument("--seed", default=1234, type=int)
+    parser.add_argument("--trained", type=Path, help="golden folder holding a trained model/ to make goldens for")
     args = parser.parse_args()
     if transformers.__version__ != REQUIRED_TRANSFORMERS:
         raise SystemExit(f"transformers {transformers.__version__} found; goldens are pinned to {REQUIRED_TRANSFORMERS}")
     torch.set_grad_enabled(False)
+    if args.trained:
+        trained_goldens(args.trained / "model", args.trained)
+        return
     for i, (name, (overrides, opts)) in enumerate(VARIANTS.items()):
         if args.only and name not in args.only:
             continue

@@ -18,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a Gemma-4 checkpoint (or the embedded tiny model).
+    Generate(cmd::generate::Args),
     /// Check g4 token-exact against golden outputs of the reference implementation.
     VerifyGolden(cmd::verify_golden::Args),
 }
@@ -25,6 +27,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Generate(args) => cmd::generate::run(args),
         Command::VerifyGolden(args) => cmd::verify_golden::run(args),
     };
     match result {

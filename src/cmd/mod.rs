@@ -1,5 +1,6 @@
 //! One module per subcommand: its argument struct, `run`, and its output formatting.
 
+pub mod generate;
 pub mod verify_golden;
 
 /// An error and its causes on one line, outermost first.

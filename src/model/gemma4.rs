@@ -108,15 +108,11 @@ impl Gemma4 {
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Gemma4> {
         let config = Config::from_file(&dir.join("config.json"))?;
         let checkpoint = Checkpoint::open(dir, device, dtype)?;
-        Gemma4::from_checkpoint(config, &checkpoint, &mut |_| {})
+        Gemma4::from_checkpoint(config, &checkpoint)
     }
 
-    /// Builds the model from an opened checkpoint; `on_layer` is told each finished layer.
-    pub fn from_checkpoint(
-        config: Config,
-        ckpt: &Checkpoint,
-        on_layer: &mut dyn FnMut(usize),
-    ) -> Result<Gemma4> {
+    /// Builds the model from an opened checkpoint.
+    pub fn from_checkpoint(config: Config, ckpt: &Checkpoint) -> Result<Gemma4> {
         let h = config.hidden_size;
         let v = config.vocab_size;
         let dtype = ckpt.dtype();
@@ -143,7 +139,6 @@ impl Gemma4 {
             layers.push(
                 DecoderLayer::load(&config, spec, i, ckpt).with_context(|| format!("layer {i}"))?,
             );
-            on_layer(i);
         }
         let lm_head = if !config.tie_word_embeddings && ckpt.contains_absolute("lm_head.weight") {
             ckpt.absolute_tensor("lm_head.weight", &[v, h])?

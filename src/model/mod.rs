@@ -1,8 +1,13 @@
-//! The Gemma-4 model: configuration, checkpoint loading, the decoder and its KV cache.
+//! The Gemma-4 model: configuration, checkpoint loading, the decoder and its KV cache, the
+//! tokenizer and chat template, sampling and the generation loop.
 
 pub mod config;
 pub mod gemma4;
+pub mod generation;
 pub mod kv_cache;
+pub mod sampling;
+pub mod source;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::Config;

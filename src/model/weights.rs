@@ -4,7 +4,7 @@
 //! the tensor.
 
 use anyhow::{bail, Context, Result};
-use candle_core::safetensors::MmapedSafetensors;
+use candle_core::safetensors::{MmapedSafetensors, SliceSafetensors};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,22 +12,53 @@ use std::path::{Path, PathBuf};
 /// Prefixes under which checkpoints keep the text decoder, most specific first.
 const PREFIXES: [&str; 3] = ["model.language_model.", "model.", "language_model.model."];
 
+/// One safetensors file: memory-mapped from disk, or compiled into the binary.
+enum Source {
+    Mapped(MmapedSafetensors),
+    Embedded(SliceSafetensors<'static>),
+}
+
+impl Source {
+    fn names(&self) -> Vec<String> {
+        let views = match self {
+            Source::Mapped(m) => m.tensors(),
+            Source::Embedded(s) => s.tensors(),
+        };
+        views.into_iter().map(|(name, _)| name).collect()
+    }
+
+    fn shape(&self, name: &str) -> candle_core::Result<Vec<usize>> {
+        Ok(match self {
+            Source::Mapped(m) => m.get(name)?.shape().to_vec(),
+            Source::Embedded(s) => s.get(name)?.shape().to_vec(),
+        })
+    }
+
+    fn load(&self, name: &str) -> candle_core::Result<Tensor> {
+        match self {
+            Source::Mapped(m) => m.load(name, &Device::Cpu),
+            Source::Embedded(s) => s.load(name, &Device::Cpu),
+        }
+    }
+}
+
 pub struct Checkpoint {
-    files: Vec<(PathBuf, MmapedSafetensors)>,
+    files: Vec<(PathBuf, Source)>,
     /// Tensor name → index into `files`.
     location: HashMap<String, usize>,
     prefix: &'static str,
     device: Device,
     dtype: DType,
+    total_bytes: u64,
+    progress: Option<indicatif::ProgressBar>,
 }
 
 impl Checkpoint {
     /// Opens every safetensors file of the checkpoint in `dir` and validates their headers.
     pub fn open(dir: &Path, device: &Device, dtype: DType) -> Result<Checkpoint> {
-        let paths = shard_paths(dir)?;
-        let mut files = Vec::with_capacity(paths.len());
-        let mut location = HashMap::new();
-        for path in paths {
+        let mut files = Vec::new();
+        let mut total_bytes = 0;
+        for path in shard_paths(dir)? {
             // SAFETY: the file is mapped read-only; g4 never writes checkpoints it has open.
             let mapped = unsafe { MmapedSafetensors::new(&path) }.map_err(|e| {
                 anyhow::anyhow!(
@@ -36,18 +67,54 @@ impl Checkpoint {
                     root_cause(&e)
                 )
             })?;
-            for (name, _) in mapped.tensors() {
-                location.insert(name, files.len());
+            total_bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
+            files.push((path, Source::Mapped(mapped)));
+        }
+        Checkpoint::index(
+            files,
+            total_bytes,
+            &dir.display().to_string(),
+            device,
+            dtype,
+        )
+    }
+
+    /// A checkpoint compiled into the binary.
+    pub fn embedded(
+        name: &str,
+        bytes: &'static [u8],
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Checkpoint> {
+        let slice = SliceSafetensors::new(bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "embedded {name}: not a valid safetensors file: {}",
+                root_cause(&e)
+            )
+        })?;
+        let files = vec![(PathBuf::from(name), Source::Embedded(slice))];
+        Checkpoint::index(files, bytes.len() as u64, name, device, dtype)
+    }
+
+    fn index(
+        files: Vec<(PathBuf, Source)>,
+        total_bytes: u64,
+        what: &str,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Checkpoint> {
+        let mut location = HashMap::new();
+        for (i, (_, source)) in files.iter().enumerate() {
+            for name in source.names() {
+                location.insert(name, i);
             }
-            files.push((path, mapped));
         }
         let prefix = PREFIXES
             .into_iter()
             .find(|p| location.contains_key(&format!("{p}embed_tokens.weight")))
             .with_context(|| {
                 format!(
-                    "{}: no embed_tokens.weight under any of the prefixes {}",
-                    dir.display(),
+                    "{what}: no embed_tokens.weight under any of the prefixes {}",
                     PREFIXES.join(", ")
                 )
             })?;
@@ -57,7 +124,14 @@ impl Checkpoint {
             prefix,
             device: device.clone(),
             dtype,
+            total_bytes,
+            progress: None,
         })
+    }
+
+    /// Reports loaded bytes to `bar` from now on.
+    pub fn set_progress(&mut self, bar: indicatif::ProgressBar) {
+        self.progress = Some(bar);
     }
 
     /// The compute dtype tensors are converted to.
@@ -65,13 +139,9 @@ impl Checkpoint {
         self.dtype
     }
 
-    /// Total bytes of the mapped files (for progress reporting).
+    /// Total bytes of the checkpoint's files (for progress reporting).
     pub fn total_bytes(&self) -> u64 {
-        self.files
-            .iter()
-            .filter_map(|(path, _)| std::fs::metadata(path).ok())
-            .map(|m| m.len())
-            .sum()
+        self.total_bytes
     }
 
     /// Whether the text decoder has a tensor `name` (relative to the decoder prefix).
@@ -99,19 +169,19 @@ impl Checkpoint {
                 files.join(", ")
             );
         };
-        let (path, mapped) = &self.files[file];
-        let view = mapped.get(full_name).map_err(|e| {
+        let (path, source) = &self.files[file];
+        let shape_found = source.shape(full_name).map_err(|e| {
             anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
         })?;
-        if view.shape() != shape {
+        if shape_found != shape {
             bail!(
                 "{}: tensor {full_name} has shape {:?}, expected {:?} from config.json",
                 path.display(),
-                view.shape(),
+                shape_found,
                 shape
             );
         }
-        let stored = mapped.load(full_name, &Device::Cpu).map_err(|e| {
+        let stored = source.load(full_name).map_err(|e| {
             anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
         })?;
         if !matches!(stored.dtype(), DType::F32 | DType::BF16 | DType::F16) {
@@ -120,6 +190,9 @@ impl Checkpoint {
                 path.display(),
                 stored.dtype()
             );
+        }
+        if let Some(bar) = &self.progress {
+            bar.inc((stored.elem_count() * stored.dtype().size_in_bytes()) as u64);
         }
         stored
             .to_dtype(self.dtype)

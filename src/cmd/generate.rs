@@ -1,0 +1,255 @@
+//! `g4 generate`: streams text from a Gemma-4 checkpoint, or from the embedded tiny model when no
+//! `--model` is given.
+
+use anyhow::{Context, Result};
+use candle_core::DType;
+use g4::device::{device_name, dtype_name, open_device, parse_dtype};
+use g4::model::generation::{self, Request};
+use g4::model::sampling::{Sampler, SamplingParams};
+use g4::model::source::ModelSource;
+use g4::model::tokenizer::Message;
+use g4::model::Gemma4;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Sampling flags left unset fall back to the checkpoint's generation_config.json, then to
+/// greedy decoding. `--temperature 0` is always greedy.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Checkpoint directory in Hugging Face layout (config.json, tokenizer.json, *.safetensors).
+    /// Without it, g4 runs its embedded tiny model (trained on the King James Bible).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt text; `-` reads it from standard input. Empty: generate from <bos> alone.
+    #[arg(long, short, default_value = "")]
+    prompt: String,
+    /// Wrap the prompt in the checkpoint's chat template (as a user turn).
+    #[arg(long)]
+    chat: bool,
+    /// System prompt for --chat.
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
+    /// Maximum number of tokens to generate.
+    #[arg(long, short = 'n', default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long)]
+    temperature: Option<f64>,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches p (1.0: off).
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Drop tokens less likely than min_p × the most likely one (0: off).
+    #[arg(long)]
+    min_p: Option<f64>,
+    /// Penalise tokens seen in the last --repeat-last-n tokens (1.0: off).
+    #[arg(long)]
+    repeat_penalty: Option<f32>,
+    /// How many recent tokens --repeat-penalty looks at.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// RNG seed for sampling; the same seed and options give the same text.
+    #[arg(long, default_value_t = 299_792_458)]
+    seed: u64,
+    /// Stop when this text is produced (not printed). Repeatable.
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Compute dtype: f32, bf16, f16 (default: f32 on CPU, bf16 on GPUs).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Print one JSON object (text, token ids, timings, stop reason) instead of streaming.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let device = open_device(&args.device)?;
+    let dtype = match &args.dtype {
+        Some(spec) => parse_dtype(spec)?,
+        None if device.is_cpu() => DType::F32,
+        None => DType::BF16,
+    };
+    let source = match &args.model {
+        Some(dir) => ModelSource::Dir(dir.clone()),
+        None => ModelSource::Embedded,
+    };
+    let prompt = read_prompt(&args.prompt)?;
+
+    let load_started = Instant::now();
+    let config = source.config()?;
+    let tokenizer = source.tokenizer()?;
+    tokenizer.check_vocab(config.vocab_size)?;
+    let defaults = source.generation_defaults()?;
+    let mut checkpoint = source.checkpoint(&device, dtype)?;
+    let bar = load_bar(checkpoint.total_bytes(), args.json);
+    checkpoint.set_progress(bar.clone());
+    let model = Gemma4::from_checkpoint(config, &checkpoint).with_context(|| source.name())?;
+    bar.finish_and_clear();
+    let load_time = load_started.elapsed();
+
+    let prompt_ids = if args.chat {
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(Message {
+                role: "system".into(),
+                content: system.clone(),
+            });
+        }
+        messages.push(Message {
+            role: "user".into(),
+            content: prompt.clone(),
+        });
+        tokenizer.encode(&tokenizer.apply_chat_template(&messages)?)?
+    } else {
+        // Gemma's tokenizer adds no BOS; raw prompts get it here.
+        let mut ids = vec![model.config().bos_token_id];
+        ids.extend(tokenizer.encode(&prompt)?);
+        ids
+    };
+
+    let mut eos_ids = defaults.eos_token_ids.clone();
+    for id in model
+        .config()
+        .eos_token_ids
+        .iter()
+        .copied()
+        .chain(tokenizer.token_id("<turn|>"))
+    {
+        if !eos_ids.contains(&id) {
+            eos_ids.push(id);
+        }
+    }
+    let sampling = sampling_params(&args, &defaults);
+    let mut sampler = Sampler::new(sampling.clone());
+    let request = Request {
+        prompt_ids,
+        max_tokens: args.max_tokens,
+        eos_ids,
+        stop_strings: args.stop.clone(),
+    };
+
+    let mut stdout = std::io::stdout().lock();
+    let streaming = !args.json;
+    let result = generation::generate(&model, &tokenizer, &mut sampler, &request, &mut |piece| {
+        if streaming {
+            // A closed pipe (e.g. `| head`) just ends the output.
+            let _ = stdout
+                .write_all(piece.as_bytes())
+                .and_then(|_| stdout.flush());
+        }
+    })?;
+
+    let generated = result.token_ids.len();
+    let prefill_rate = request.prompt_ids.len() as f64 / result.prefill.as_secs_f64();
+    let decode_rate = if generated > 1 {
+        (generated - 1) as f64 / result.decode.as_secs_f64()
+    } else {
+        0.0
+    };
+    let peak = peak_memory_bytes();
+    if args.json {
+        let value = json!({
+            "model": source.name(),
+            "device": device_name(&device),
+            "dtype": dtype_name(dtype),
+            "text": result.text,
+            "prompt_tokens": request.prompt_ids.len(),
+            "generated_tokens": generated,
+            "prompt_ids": request.prompt_ids,
+            "token_ids": result.token_ids,
+            "stop_reason": result.stop_reason,
+            "sampling": {
+                "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                "min_p": sampling.min_p, "repeat_penalty": sampling.repeat_penalty, "seed": sampling.seed,
+            },
+            "timings": {
+                "load_s": load_time.as_secs_f64(),
+                "time_to_first_token_s": result.prefill.as_secs_f64(),
+                "prefill_tokens_per_s": prefill_rate,
+                "decode_tokens_per_s": decode_rate,
+            },
+            "peak_memory_bytes": peak,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        writeln!(stdout)?;
+        stdout.flush()?;
+        eprintln!(
+            "[{} on {} {}] prompt {} tok, generated {generated} tok (stop: {}); load {:.2}s, first token {:.3}s, prefill {prefill_rate:.1} tok/s, decode {decode_rate:.1} tok/s, peak memory {}",
+            source.name(),
+            device_name(&device),
+            dtype_name(dtype),
+            request.prompt_ids.len(),
+            result.stop_reason.name(),
+            load_time.as_secs_f64(),
+            result.prefill.as_secs_f64(),
+            peak.map_or("unknown".to_string(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_prompt(spec: &str) -> Result<String> {
+    if spec != "-" {
+        return Ok(spec.to_string());
+    }
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("cannot read the prompt from standard input")?;
+    Ok(text)
+}
+
+fn sampling_params(
+    args: &Args,
+    defaults: &g4::model::source::GenerationDefaults,
+) -> SamplingParams {
+    // generation_config.json's do_sample=false means greedy unless the user asks for a temperature.
+    let default_temperature = match defaults.do_sample {
+        Some(true) => defaults.temperature.unwrap_or(1.0),
+        _ => 0.0,
+    };
+    SamplingParams {
+        temperature: args.temperature.unwrap_or(default_temperature),
+        top_k: args.top_k.or(defaults.top_k),
+        top_p: args.top_p.or(defaults.top_p),
+        min_p: args.min_p.or(defaults.min_p),
+        repeat_penalty: args
+            .repeat_penalty
+            .or(defaults.repetition_penalty)
+            .unwrap_or(1.0),
+        repeat_last_n: args.repeat_last_n,
+        seed: args.seed,
+    }
+}
+
+fn load_bar(total: u64, quiet: bool) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "loading {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("static template"),
+    );
+    bar
+}
+
+/// Peak resident memory of this process (Linux), which covers CPU-resident weights and caches.
+fn peak_memory_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

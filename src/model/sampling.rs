@@ -1,0 +1,199 @@
+//! Choosing the next token: greedy (on the device, without copying the logits to the host) or
+//! sampling with temperature, top-k, top-p, min-p and a repetition penalty, from a seeded RNG.
+
+use anyhow::Result;
+use candle_core::Tensor;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f64,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f64>,
+    pub min_p: Option<f64>,
+    /// 1.0 disables the penalty.
+    pub repeat_penalty: f32,
+    pub repeat_last_n: usize,
+    pub seed: u64,
+}
+
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Sampler {
+        Sampler {
+            rng: StdRng::seed_from_u64(params.seed),
+            params,
+        }
+    }
+
+    /// The next token from f32 logits `[vocab]`, given the tokens so far.
+    pub fn next(&mut self, logits: &Tensor, history: &[u32]) -> Result<u32> {
+        let p = &self.params;
+        if p.temperature <= 0.0 && p.repeat_penalty == 1.0 {
+            return crate::model::gemma4::argmax(logits);
+        }
+        let mut values = logits.to_vec1::<f32>()?;
+        if p.repeat_penalty != 1.0 {
+            let recent = &history[history.len().saturating_sub(p.repeat_last_n)..];
+            let mut seen = std::collections::HashSet::new();
+            for &id in recent {
+                if seen.insert(id) {
+                    if let Some(v) = values.get_mut(id as usize) {
+                        *v = if *v > 0.0 {
+                            *v / p.repeat_penalty
+                        } else {
+                            *v * p.repeat_penalty
+                        };
+                    }
+                }
+            }
+        }
+        if p.temperature <= 0.0 {
+            return Ok(argmax_host(&values));
+        }
+        Ok(self.sample(&values))
+    }
+
+    fn sample(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let mut candidates: Vec<(u32, f64)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, ((l as f64 - max) / p.temperature).exp()))
+            .collect();
+        candidates.sort_by(|a, b| b.1.total_cmp(&a.1));
+        if let Some(k) = p.top_k.filter(|&k| k > 0) {
+            candidates.truncate(k);
+        }
+        if let Some(top_p) = p.top_p.filter(|&t| t < 1.0) {
+            let total: f64 = candidates.iter().map(|c| c.1).sum();
+            let mut cumulative = 0.0;
+            let keep = candidates
+                .iter()
+                .position(|c| {
+                    cumulative += c.1 / total;
+                    cumulative >= top_p
+                })
+                .map_or(candidates.len(), |i| i + 1);
+            candidates.truncate(keep);
+        }
+        if let Some(min_p) = p.min_p.filter(|&m| m > 0.0) {
+            let threshold = candidates[0].1 * min_p;
+            candidates.retain(|c| c.1 >= threshold);
+        }
+        let total: f64 = candidates.iter().map(|c| c.1).sum();
+        let mut target = self.rng.random::<f64>() * total;
+        for &(id, weight) in &candidates {
+            if target < weight {
+                return id;
+            }
+            target -= weight;
+        }
+        candidates.last().map_or(0, |c| c.0)
+    }
+}
+
+fn argmax_host(values: &[f32]) -> u32 {
+    values
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn params(temperature: f64) -> SamplingParams {
+        SamplingParams {
+            temperature,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 7,
+        }
+    }
+
+    fn logits(values: &[f32]) -> Tensor {
+        Tensor::new(values, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn greedy_takes_the_largest_logit() {
+        let mut s = Sampler::new(params(0.0));
+        assert_eq!(s.next(&logits(&[0.1, 3.0, 2.9]), &[]).unwrap(), 1);
+    }
+
+    #[test]
+    fn repeat_penalty_can_change_the_greedy_choice() {
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 1.5,
+            ..params(0.0)
+        });
+        assert_eq!(s.next(&logits(&[0.1, 3.0, 2.9]), &[1]).unwrap(), 2);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_top_k_limits_the_support() {
+        let mut s = Sampler::new(SamplingParams {
+            top_k: Some(1),
+            ..params(1.0)
+        });
+        for _ in 0..20 {
+            assert_eq!(s.next(&logits(&[1.0, 1.2, 0.9, 1.1]), &[]).unwrap(), 1);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            top_k: Some(2),
+            ..params(1.0)
+        });
+        for _ in 0..50 {
+            assert!([1, 3].contains(&s.next(&logits(&[1.0, 1.2, 0.9, 1.1]), &[]).unwrap()));
+        }
+    }
+
+    #[test]
+    fn top_p_and_min_p_drop_the_tail() {
+        // Probabilities ≈ [0.64, 0.24, 0.09, 0.03].
+        let l = [3.0, 2.0, 1.0, 0.0];
+        let mut s = Sampler::new(SamplingParams {
+            top_p: Some(0.8),
+            ..params(1.0)
+        });
+        for _ in 0..50 {
+            assert!(s.next(&logits(&l), &[]).unwrap() <= 1);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            min_p: Some(0.2),
+            ..params(1.0)
+        });
+        for _ in 0..50 {
+            assert!(s.next(&logits(&l), &[]).unwrap() <= 1);
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_draws() {
+        let l = logits(&[1.0, 1.1, 0.9, 1.05, 0.95]);
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams {
+                seed,
+                ..params(1.0)
+            });
+            (0..30)
+                .map(|_| s.next(&l, &[]).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(11), draw(11));
+        assert_ne!(draw(11), draw(12));
+    }
+}
