@@ -18,35 +18,73 @@ fn json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["generate", "--json"];
     all.extend_from_slice(args);
     let out = g4(&all);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("--json prints one JSON object")
 }
 
 fn kjv_golden_case(name: &str) -> serde_json::Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/kjv-tiny/golden.json");
-    let golden: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    golden["cases"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap().clone()
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    golden["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()
+        .clone()
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array().unwrap().iter().map(|i| i.as_u64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap())
+        .collect()
 }
 
 #[test]
 fn the_embedded_default_writes_readable_text_and_statistics() {
     let out = g4(&["generate", "--prompt", "In the beginning", "-n", "24"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert!(out.status.success(), "{stderr}");
-    let words = stdout.split_whitespace().filter(|w| w.chars().all(|c| c.is_ascii_alphabetic() || ",.;:'".contains(c))).count();
+    let words = stdout
+        .split_whitespace()
+        .filter(|w| {
+            w.chars()
+                .all(|c| c.is_ascii_alphabetic() || ",.;:'".contains(c))
+        })
+        .count();
     assert!(words >= 10, "not readable text: {stdout}");
-    for field in ["prompt", "generated", "first token", "prefill", "decode", "tok/s", "peak memory"] {
-        assert!(stderr.contains(field), "statistics lack '{field}': {stderr}");
+    for field in [
+        "prompt",
+        "generated",
+        "first token",
+        "prefill",
+        "decode",
+        "tok/s",
+        "peak memory",
+    ] {
+        assert!(
+            stderr.contains(field),
+            "statistics lack '{field}': {stderr}"
+        );
     }
 }
 
 #[test]
 fn greedy_output_equals_the_reference_golden_for_the_trained_model() {
-    for (case, prompt) in [("beginning", "In the beginning"), ("moses", "And the LORD spake unto Moses, saying,")] {
+    for (case, prompt) in [
+        ("beginning", "In the beginning"),
+        ("moses", "And the LORD spake unto Moses, saying,"),
+    ] {
         let golden = kjv_golden_case(case);
         let n = golden["expected_ids"].as_array().unwrap().len().to_string();
         for model in [None, Some("golden/kjv-tiny/model")] {
@@ -55,8 +93,16 @@ fn greedy_output_equals_the_reference_golden_for_the_trained_model() {
                 args.extend(["--model", dir]);
             }
             let result = json(&args);
-            assert_eq!(ids(&result["prompt_ids"]), ids(&golden["prompt_ids"]), "{case}: prompt tokenisation");
-            assert_eq!(ids(&result["token_ids"]), ids(&golden["expected_ids"]), "{case} ({model:?})");
+            assert_eq!(
+                ids(&result["prompt_ids"]),
+                ids(&golden["prompt_ids"]),
+                "{case}: prompt tokenisation"
+            );
+            assert_eq!(
+                ids(&result["token_ids"]),
+                ids(&golden["expected_ids"]),
+                "{case} ({model:?})"
+            );
             assert_eq!(result["text"], golden["expected_text"], "{case}");
         }
     }
@@ -65,12 +111,23 @@ fn greedy_output_equals_the_reference_golden_for_the_trained_model() {
 #[test]
 fn the_chat_template_is_applied_and_eos_stops_generation() {
     let golden = kjv_golden_case("chat");
-    let result = json(&["--chat", "--prompt", "Ge1:3", "--temperature", "0", "-n", "100"]);
+    let result = json(&[
+        "--chat",
+        "--prompt",
+        "Ge1:3",
+        "--temperature",
+        "0",
+        "-n",
+        "100",
+    ]);
     assert_eq!(ids(&result["prompt_ids"]), ids(&golden["prompt_ids"]));
     assert_eq!(result["stop_reason"], "eos");
     let expected: Vec<u64> = ids(&golden["expected_ids"]);
     let got = ids(&result["token_ids"]);
-    assert!(got.len() < 100 && expected.starts_with(&got), "{got:?} vs {expected:?}");
+    assert!(
+        got.len() < 100 && expected.starts_with(&got),
+        "{got:?} vs {expected:?}"
+    );
 }
 
 #[test]
@@ -80,12 +137,27 @@ fn streamed_text_equals_the_json_text() {
     let mut plain = vec!["generate"];
     plain.extend_from_slice(&args);
     let out = g4(&plain);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'), result["text"].as_str().unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'),
+        result["text"].as_str().unwrap()
+    );
 }
 
 #[test]
 fn sampling_with_a_fixed_seed_is_reproducible() {
-    let run = |seed: &str| json(&["--prompt", "And it came to pass", "-n", "30", "--temperature", "1.0", "--seed", seed])["token_ids"].clone();
+    let run = |seed: &str| {
+        json(&[
+            "--prompt",
+            "And it came to pass",
+            "-n",
+            "30",
+            "--temperature",
+            "1.0",
+            "--seed",
+            seed,
+        ])["token_ids"]
+            .clone()
+    };
     assert_eq!(run("42"), run("42"));
     assert_ne!(run("42"), run("43"));
 }
@@ -95,7 +167,16 @@ fn a_stop_string_ends_generation_and_is_not_printed() {
     let golden = kjv_golden_case("beginning");
     let reference = golden["expected_text"].as_str().unwrap();
     let expected = &reference[..reference.find("Josiah").unwrap()];
-    let result = json(&["--prompt", "In the beginning", "--temperature", "0", "-n", "40", "--stop", "Josiah"]);
+    let result = json(&[
+        "--prompt",
+        "In the beginning",
+        "--temperature",
+        "0",
+        "-n",
+        "40",
+        "--stop",
+        "Josiah",
+    ]);
     assert_eq!(result["stop_reason"], "stop-string");
     assert_eq!(result["text"], expected);
 }
@@ -105,12 +186,18 @@ fn streaming_detokenisation_is_exact_on_multibyte_text() {
     let tokenizer = ModelSource::Embedded.tokenizer().unwrap();
     let text = "Ünïcödé ✝ 日本語 — “quoted” and plain words, 🙏 amen.";
     let ids = tokenizer.encode(text).unwrap();
-    assert!(ids.len() > text.split_whitespace().count(), "byte fallback should split the rare characters");
+    assert!(
+        ids.len() > text.split_whitespace().count(),
+        "byte fallback should split the rare characters"
+    );
     let mut stream = tokenizer.stream();
     let mut streamed = String::new();
     for id in &ids {
         if let Some(piece) = stream.step(*id).unwrap() {
-            assert!(!piece.contains('\u{FFFD}'), "a broken UTF-8 piece was released: {piece:?}");
+            assert!(
+                !piece.contains('\u{FFFD}'),
+                "a broken UTF-8 piece was released: {piece:?}"
+            );
             streamed.push_str(&piece);
         }
     }
@@ -145,26 +232,58 @@ fn every_bad_input_is_one_clear_error_line() {
         std::fs::copy(broken.join(f), truncated.join(f)).unwrap();
     }
     let bytes = std::fs::read(broken.join("model.safetensors")).unwrap();
-    std::fs::write(truncated.join("model.safetensors"), &bytes[..bytes.len() - 1000]).unwrap();
+    std::fs::write(
+        truncated.join("model.safetensors"),
+        &bytes[..bytes.len() - 1000],
+    )
+    .unwrap();
     let small_vocab = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/e2b-style/model");
     let mismatched = broken.join("mismatched");
     std::fs::create_dir_all(&mismatched).unwrap();
     for f in ["config.json", "model.safetensors"] {
         std::fs::copy(small_vocab.join(f), mismatched.join(f)).unwrap();
     }
-    std::fs::copy(broken.join("tokenizer.json"), mismatched.join("tokenizer.json")).unwrap();
+    std::fs::copy(
+        broken.join("tokenizer.json"),
+        mismatched.join("tokenizer.json"),
+    )
+    .unwrap();
     let long_prompt = "and the LORD said ".repeat(300);
 
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--model".into(), "/no/such/dir".into()], "/no/such/dir: model directory not found"),
-        (vec!["--model".into(), s(&no_tokenizer)], "tokenizer.json not found"),
-        (vec!["--model".into(), s(&truncated)], "model.safetensors: not a valid safetensors file"),
-        (vec!["--model".into(), s(&mismatched)], "tokenizer.json has 4096 tokens but the model's vocab_size is 512"),
-        (vec!["--prompt".into(), long_prompt], "the model's context is 1024 positions"),
-        (vec!["--device".into(), "tpu".into()], "--device tpu: unknown device"),
-        (vec!["--device".into(), "cuda".into()], "rebuild with --features cuda"),
-        (vec!["--dtype".into(), "int4".into()], "--dtype int4: unsupported compute dtype"),
+        (
+            vec!["--model".into(), "/no/such/dir".into()],
+            "/no/such/dir: model directory not found",
+        ),
+        (
+            vec!["--model".into(), s(&no_tokenizer)],
+            "tokenizer.json not found",
+        ),
+        (
+            vec!["--model".into(), s(&truncated)],
+            "model.safetensors: not a valid safetensors file",
+        ),
+        (
+            vec!["--model".into(), s(&mismatched)],
+            "tokenizer.json has 4096 tokens but the model's vocab_size is 512",
+        ),
+        (
+            vec!["--prompt".into(), long_prompt],
+            "the model's context is 1024 positions",
+        ),
+        (
+            vec!["--device".into(), "tpu".into()],
+            "--device tpu: unknown device",
+        ),
+        (
+            vec!["--device".into(), "cuda".into()],
+            "rebuild with --features cuda",
+        ),
+        (
+            vec!["--dtype".into(), "int4".into()],
+            "--dtype int4: unsupported compute dtype",
+        ),
     ];
     for (args, needle) in cases {
         if needle.contains("--features cuda") && cfg!(feature = "cuda") {
@@ -179,6 +298,9 @@ fn every_bad_input_is_one_clear_error_line() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         let lines: Vec<&str> = stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{args:?}: expected one line, got {stderr}");
-        assert!(lines[0].starts_with("error: ") && lines[0].contains(needle), "{args:?}: '{needle}' not in {stderr}");
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(needle),
+            "{args:?}: '{needle}' not in {stderr}"
+        );
     }
 }

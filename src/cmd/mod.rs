@@ -1,6 +1,7 @@
 //! One module per subcommand: its argument struct, `run`, and its output formatting.
 
 pub mod generate;
+pub mod probe_ops;
 pub mod verify_golden;
 
 /// An error and its causes on one line, outermost first.

@@ -16,7 +16,19 @@ pub fn attention(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    match arm_for(OP, q.device(), q.dtype()) {
+    attention_on(arm_for(OP, q.device(), q.dtype()), q, k, v, mask, scale)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn attention_on(
+    arm: Arm,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(q, k, v, mask, scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

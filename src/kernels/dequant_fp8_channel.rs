@@ -8,7 +8,17 @@ const OP: Op = Op::DequantFp8Channel;
 
 /// `weight [N, K]` in F8E4M3, `scale [N]` or `[N, 1]` → `[N, K]` in `dtype`.
 pub fn dequant_fp8_channel(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
-    match arm_for(OP, weight.device(), dtype) {
+    dequant_fp8_channel_on(arm_for(OP, weight.device(), dtype), weight, scale, dtype)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn dequant_fp8_channel_on(
+    arm: Arm,
+    weight: &Tensor,
+    scale: &Tensor,
+    dtype: DType,
+) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(weight, scale, dtype),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

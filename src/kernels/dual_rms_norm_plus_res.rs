@@ -14,7 +14,26 @@ pub fn dual_rms_norm_plus_res(
     next_pre_norm: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    dual_rms_norm_plus_res_on(
+        arm_for(OP, x.device(), x.dtype()),
+        residual,
+        x,
+        post_norm,
+        next_pre_norm,
+        eps,
+    )
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn dual_rms_norm_plus_res_on(
+    arm: Arm,
+    residual: &Tensor,
+    x: &Tensor,
+    post_norm: &Tensor,
+    next_pre_norm: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    match arm {
         Arm::Composed => composed(residual, x, post_norm, next_pre_norm, eps),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

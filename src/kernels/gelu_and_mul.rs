@@ -7,7 +7,12 @@ use candle_core::{Result, Tensor, D};
 const OP: Op = Op::GeluAndMul;
 
 pub fn gelu_and_mul(packed: &Tensor) -> Result<Tensor> {
-    match arm_for(OP, packed.device(), packed.dtype()) {
+    gelu_and_mul_on(arm_for(OP, packed.device(), packed.dtype()), packed)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn gelu_and_mul_on(arm: Arm, packed: &Tensor) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(packed),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

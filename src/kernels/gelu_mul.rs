@@ -6,7 +6,12 @@ use candle_core::{Result, Tensor};
 const OP: Op = Op::GeluMul;
 
 pub fn gelu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    match arm_for(OP, gate.device(), gate.dtype()) {
+    gelu_mul_on(arm_for(OP, gate.device(), gate.dtype()), gate, up)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn gelu_mul_on(arm: Arm, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(gate, up),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

@@ -13,7 +13,19 @@ pub fn matmul_bt_alpha_beta(
     alpha: f64,
     beta: f64,
 ) -> Result<Tensor> {
-    match arm_for(OP, a.device(), a.dtype()) {
+    matmul_bt_alpha_beta_on(arm_for(OP, a.device(), a.dtype()), a, b, c, alpha, beta)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn matmul_bt_alpha_beta_on(
+    arm: Arm,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f64,
+    beta: f64,
+) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(a, b, c, alpha, beta),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

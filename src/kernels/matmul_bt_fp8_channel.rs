@@ -8,7 +8,17 @@ const OP: Op = Op::MatmulBtFp8Channel;
 
 /// `x [M, K]`, `weight [N, K]` F8E4M3, `scale [N]` → `[M, N]` in x's dtype.
 pub fn matmul_bt_fp8_channel(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    matmul_bt_fp8_channel_on(arm_for(OP, x.device(), x.dtype()), x, weight, scale)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn matmul_bt_fp8_channel_on(
+    arm: Arm,
+    x: &Tensor,
+    weight: &Tensor,
+    scale: &Tensor,
+) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(x, weight, scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

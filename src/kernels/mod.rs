@@ -18,6 +18,7 @@ pub mod moe_gather_rows;
 pub mod moe_router_topk;
 pub mod moe_weighted_scatter_add;
 pub mod moe_zero;
+pub mod probe;
 pub mod reference;
 pub mod rms_norm;
 pub mod rms_norm_plus_add;
@@ -221,11 +222,8 @@ pub fn native_status(
         .collect();
     if kernels.is_empty() {
         let detail = match backend {
-            Backend::Hip => format!(
-                "no HIP arm for {}: candle has no ROCm backend to launch one on",
-                op.name()
-            ),
-            _ => format!("no {} kernel is written for {}", backend.name(), op.name()),
+            Backend::Hip => "candle has no ROCm backend to launch a HIP kernel on".to_string(),
+            _ => format!("no {} kernel is written for this op", backend.name()),
         };
         return Err(Unavailable::NoKernel { detail });
     }
@@ -242,11 +240,7 @@ pub fn native_status(
     }
     let Some(kernel) = kernels.iter().find(|k| k.dtypes.contains(&dtype)) else {
         return Err(Unavailable::NoKernel {
-            detail: format!(
-                "the {} kernel of {} has no {dtype:?} variant",
-                backend.name(),
-                op.name()
-            ),
+            detail: format!("the {} kernel has no {dtype:?} variant", backend.name()),
         });
     };
     if let Some((major, minor)) = kernel.min_compute_capability {

@@ -7,7 +7,12 @@ const OP: Op = Op::MoeGatherRows;
 
 /// `x [N, H]`, `rows [R]` (u32) → `[R, H]`.
 pub fn moe_gather_rows(x: &Tensor, rows: &Tensor) -> Result<Tensor> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    moe_gather_rows_on(arm_for(OP, x.device(), x.dtype()), x, rows)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn moe_gather_rows_on(arm: Arm, x: &Tensor, rows: &Tensor) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(x, rows),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

@@ -12,7 +12,22 @@ pub fn moe_router_topk(
     k: usize,
     per_expert_scale: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
-    match arm_for(OP, logits.device(), logits.dtype()) {
+    moe_router_topk_on(
+        arm_for(OP, logits.device(), logits.dtype()),
+        logits,
+        k,
+        per_expert_scale,
+    )
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn moe_router_topk_on(
+    arm: Arm,
+    logits: &Tensor,
+    k: usize,
+    per_expert_scale: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    match arm {
         Arm::Composed => composed(logits, k, per_expert_scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

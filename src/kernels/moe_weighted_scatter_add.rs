@@ -12,7 +12,18 @@ pub fn moe_weighted_scatter_add(
     weights: &Tensor,
     y: &Tensor,
 ) -> Result<Tensor> {
-    match arm_for(OP, y.device(), y.dtype()) {
+    moe_weighted_scatter_add_on(arm_for(OP, y.device(), y.dtype()), out, tokens, weights, y)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn moe_weighted_scatter_add_on(
+    arm: Arm,
+    out: &Tensor,
+    tokens: &Tensor,
+    weights: &Tensor,
+    y: &Tensor,
+) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(out, tokens, weights, y),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

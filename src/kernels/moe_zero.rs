@@ -6,7 +6,12 @@ use candle_core::{DType, Device, Result, Tensor};
 const OP: Op = Op::MoeZero;
 
 pub fn moe_zero(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
-    match arm_for(OP, device, DType::F32) {
+    moe_zero_on(arm_for(OP, device, DType::F32), rows, cols, device)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn moe_zero_on(arm: Arm, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(rows, cols, device),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

@@ -7,7 +7,12 @@ use candle_core::{DType, Result, Tensor, D};
 const OP: Op = Op::RmsNorm;
 
 pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    rms_norm_on(arm_for(OP, x.device(), x.dtype()), x, weight, eps)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn rms_norm_on(arm: Arm, x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(x, weight, eps),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

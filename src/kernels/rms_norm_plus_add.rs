@@ -11,7 +11,18 @@ pub fn rms_norm_plus_add(
     weight: &Tensor,
     eps: f64,
 ) -> Result<Tensor> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    rms_norm_plus_add_on(arm_for(OP, x.device(), x.dtype()), residual, x, weight, eps)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn rms_norm_plus_add_on(
+    arm: Arm,
+    residual: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    eps: f64,
+) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(residual, x, weight, eps),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

@@ -8,7 +8,12 @@ use candle_core::{Result, Tensor, D};
 const OP: Op = Op::Rope;
 
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    rope_on(arm_for(OP, x.device(), x.dtype()), x, cos, sin)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn rope_on(arm: Arm, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(x, cos, sin),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

@@ -6,7 +6,12 @@ use candle_core::{Result, Tensor};
 const OP: Op = Op::Softcap;
 
 pub fn softcap(x: &Tensor, cap: f64) -> Result<Tensor> {
-    match arm_for(OP, x.device(), x.dtype()) {
+    softcap_on(arm_for(OP, x.device(), x.dtype()), x, cap)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn softcap_on(arm: Arm, x: &Tensor, cap: f64) -> Result<Tensor> {
+    match arm {
         Arm::Composed => composed(x, cap),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }

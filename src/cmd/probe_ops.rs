@@ -1,0 +1,209 @@
+//! `g4 probe-ops`: which arm of every fused op runs on this device, why the others cannot, and
+//! whether what runs is numerically right.
+
+use anyhow::{bail, Result};
+use g4::device::{compute_capability, device_name, open_device, parse_dtype};
+use g4::kernels::probe::{probe, OpReport, ProbeOptions};
+use g4::kernels::Op;
+use serde_json::json;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device to probe: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Check only this dtype (f32, bf16, f16); default: each the op supports.
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Probe only this op (e.g. rms_norm).
+    #[arg(long)]
+    op: Option<String>,
+    /// Also time every available arm: µs per call, GB/s, TFLOP/s for GEMMs.
+    #[arg(long)]
+    perf: bool,
+    /// Seed of the random inputs; default: a fresh one each run (printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let device = open_device(&args.device)?;
+    let dtypes = match &args.dtype {
+        Some(spec) => vec![parse_dtype(spec)?],
+        None => vec![
+            candle_core::DType::F32,
+            candle_core::DType::BF16,
+            candle_core::DType::F16,
+        ],
+    };
+    let ops: Vec<Op> = match &args.op {
+        Some(name) => match Op::from_name(name) {
+            Some(op) => vec![op],
+            None => {
+                let names: Vec<&str> = Op::ALL.iter().map(|o| o.name()).collect();
+                bail!("--op {name}: unknown op; known: {}", names.join(", "))
+            }
+        },
+        None => Op::ALL.to_vec(),
+    };
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let options = ProbeOptions {
+        dtypes,
+        seed,
+        perf: args.perf,
+    };
+    let reports = ops
+        .iter()
+        .map(|&op| probe(op, &device, &options))
+        .collect::<Result<Vec<_>>>()?;
+    let all_ok = reports.iter().all(OpReport::ok);
+
+    let backend = match &device {
+        candle_core::Device::Cpu => "cpu",
+        candle_core::Device::Cuda(_) => "cuda",
+        candle_core::Device::Metal(_) => "metal",
+    };
+    let features: Vec<&str> = [
+        ("cuda", cfg!(feature = "cuda")),
+        ("metal", cfg!(feature = "metal")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    let capability = compute_capability(&device).map(|(a, b)| format!("{a}.{b}"));
+    if args.json {
+        let value = json!({
+            "device": {
+                "name": device_name(&device), "backend": backend,
+                "compute_capability": capability, "build_features": features,
+            },
+            "seed": seed,
+            "ok": all_ok,
+            "ops": reports,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        print_table(
+            &reports,
+            &device_name(&device),
+            capability.as_deref(),
+            &features,
+            seed,
+            args.perf,
+        );
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_table(
+    reports: &[OpReport],
+    device: &str,
+    capability: Option<&str>,
+    features: &[&str],
+    seed: u64,
+    perf: bool,
+) {
+    let features = if features.is_empty() {
+        "none".to_string()
+    } else {
+        features.join(", ")
+    };
+    let capability = capability.map_or(String::new(), |c| format!(", compute capability {c}"));
+    println!("device {device}{capability}; build features: {features}; input seed {seed}");
+    println!();
+    println!(
+        "{:<26} {:<10} {:<20} {:<12} {:<12} {:<30}",
+        "op", "selected", "cuda", "hip", "metal", "composed"
+    );
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for report in reports {
+        let mut cell = |backend: &str| -> String {
+            let arm = report
+                .arms
+                .iter()
+                .find(|a| a.backend == backend)
+                .expect("every backend is reported");
+            match (&arm.check, arm.reason_kind) {
+                (Some(check), _) => {
+                    let verdict = if check.ok { "ok" } else { "FAIL" };
+                    format!("{verdict} nmse {:.1e}", check.nmse)
+                }
+                (None, Some(kind)) => {
+                    let reason = format!("{backend}: {}", arm.reason.clone().unwrap_or_default());
+                    match reasons.iter_mut().find(|(r, _)| *r == reason) {
+                        Some((_, ops)) => ops.push(report.op),
+                        None => reasons.push((reason, vec![report.op])),
+                    }
+                    kind.to_string()
+                }
+                (None, None) => "-".to_string(),
+            }
+        };
+        let cuda = cell("cuda");
+        let hip = cell("hip");
+        let metal = cell("metal");
+        let composed = cell("composed");
+        let mark = if report.ok() { "" } else { "  <-- FAILED" };
+        println!(
+            "{:<26} {:<10} {cuda:<20} {hip:<12} {metal:<12} {composed:<30}{mark}",
+            report.op, report.selected_arm
+        );
+    }
+    for report in reports {
+        for arm in &report.arms {
+            if let Some(failure) = arm.check.as_ref().and_then(|c| {
+                c.by_dtype
+                    .iter()
+                    .find_map(|d| d.failure.clone().map(|f| (d.dtype.clone(), f)))
+            }) {
+                println!(
+                    "  {} / {} {}: {}",
+                    report.op, arm.backend, failure.0, failure.1
+                );
+            }
+        }
+    }
+    if perf {
+        println!();
+        println!(
+            "{:<26} {:<10} {:<6} {:<34} {:>10} {:>9} {:>9}",
+            "op", "arm", "dtype", "case", "µs/call", "GB/s", "TFLOP/s"
+        );
+        for report in reports {
+            for arm in &report.arms {
+                for p in &arm.perf {
+                    let tflops = p.tflop_per_s.map_or("-".to_string(), |t| format!("{t:.3}"));
+                    println!(
+                        "{:<26} {:<10} {:<6} {:<34} {:>10.1} {:>9.2} {:>9}",
+                        report.op, arm.backend, p.dtype, p.case, p.us_per_call, p.gb_per_s, tflops
+                    );
+                }
+            }
+        }
+    }
+    if !reasons.is_empty() {
+        println!();
+        println!("why arms are unavailable:");
+        let total = reports.len();
+        for (reason, ops) in reasons {
+            let which = if ops.len() == total {
+                "every op".to_string()
+            } else {
+                ops.join(", ")
+            };
+            println!("  {reason} ({which})");
+        }
+    }
+}
