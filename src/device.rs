@@ -89,3 +89,34 @@ fn cuda_compute_capability(ordinal: usize) -> Option<(u32, u32)> {
 fn cuda_compute_capability(_ordinal: usize) -> Option<(u32, u32)> {
     None
 }
+
+/// What [`memory_in_use`] measures on this device.
+pub fn memory_measure(device: &Device) -> &'static str {
+    match device {
+        Device::Cuda(_) => "GPU memory (device-wide)",
+        _ => "process peak RSS",
+    }
+}
+
+/// Memory in use: device-wide GPU memory on CUDA, the process's peak resident set elsewhere.
+pub fn memory_in_use(device: &Device) -> Option<u64> {
+    match device {
+        Device::Cuda(_) => cuda_memory_in_use(),
+        _ => {
+            let status = std::fs::read_to_string("/proc/self/status").ok()?;
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_memory_in_use() -> Option<u64> {
+    let (free, total) = candle_core::cuda::cudarc::driver::result::mem_get_info().ok()?;
+    Some((total - free) as u64)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_memory_in_use() -> Option<u64> {
+    None
+}

@@ -20,6 +20,8 @@ struct Cli {
 enum Command {
     /// Generate text from a Gemma-4 checkpoint (or the embedded tiny model).
     Generate(cmd::generate::Args),
+    /// Prompt-processing and token-generation throughput (ppN / tgN) of a checkpoint.
+    Bench(cmd::bench::Args),
     /// Which arm of every fused op runs on this device, and whether it is numerically right.
     ProbeOps(cmd::probe_ops::Args),
     /// Check g4 token-exact against golden outputs of the reference implementation.
@@ -30,6 +32,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => cmd::generate::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
         Command::ProbeOps(args) => cmd::probe_ops::run(args),
         Command::VerifyGolden(args) => cmd::verify_golden::run(args),
     };

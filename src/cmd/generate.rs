@@ -155,7 +155,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         0.0
     };
-    let peak = peak_memory_bytes();
+    let peak = g4::device::memory_in_use(&device);
     if args.json {
         let value = json!({
             "model": source.name(),
@@ -244,12 +244,4 @@ fn load_bar(total: u64, quiet: bool) -> ProgressBar {
         .expect("static template"),
     );
     bar
-}
-
-/// Peak resident memory of this process (Linux), which covers CPU-resident weights and caches.
-fn peak_memory_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand: its argument struct, `run`, and its output formatting.
 
+pub mod bench;
 pub mod generate;
 pub mod probe_ops;
 pub mod verify_golden;

@@ -1,7 +1,7 @@
 //! `dequant_fp8_channel`: `W = f32(W_e4m3) × scale[row]`, cast to the compute dtype
 //! (compressed-tensors FP8 checkpoints store one scale per output channel).
 
-use super::{arm_for, missing_dispatch, Arm, Op};
+use super::{arm_for, missing_dispatch, Arm, Backend, Op};
 use candle_core::{DType, Result, Tensor};
 
 const OP: Op = Op::DequantFp8Channel;
@@ -20,6 +20,7 @@ pub fn dequant_fp8_channel_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(weight, scale, dtype),
+        Arm::Native(Backend::Cuda) => cuda_fwd(weight, scale, dtype),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
@@ -31,6 +32,29 @@ pub fn composed(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor>
         .to_dtype(DType::F32)?
         .broadcast_mul(&scale)?
         .to_dtype(dtype)
+}
+
+/// CUDA arm: decodes e4m3 in the kernel (src/kernels/cuda/fp8.cu).
+fn cuda_fwd(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
+    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+    let weight = weight.contiguous()?;
+    let (rows, cols) = weight.dims2()?;
+    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
+    let out = empty((rows, cols), dtype, weight.device())?;
+    let args = [
+        Arg::Tensor(&weight),
+        Arg::Tensor(&scale),
+        Arg::Tensor(&out),
+        Arg::Usize(rows),
+        Arg::Usize(cols),
+    ];
+    launch(
+        &kernel_name("dequant_fp8_channel", dtype)?,
+        weight.device(),
+        elementwise(rows * cols),
+        &args,
+    )?;
+    Ok(out)
 }
 
 /// `weight [n, k]` (already decoded e4m3 values), `scale [n]`.

@@ -1,6 +1,6 @@
 //! `gelu_mul`: `gelu_tanh(gate) ⊙ up` over two separate tensors (dense MLP, PLE gate, MoE experts).
 
-use super::{arm_for, missing_dispatch, reference, Arm, Op};
+use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
 use candle_core::{Result, Tensor};
 
 const OP: Op = Op::GeluMul;
@@ -13,6 +13,7 @@ pub fn gelu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 pub fn gelu_mul_on(arm: Arm, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(gate, up),
+        Arm::Native(Backend::Cuda) => cuda_fwd(gate, up),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
@@ -20,6 +21,34 @@ pub fn gelu_mul_on(arm: Arm, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 pub fn composed(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     // candle's `gelu` is the tanh approximation (`gelu_erf` is the exact one).
     gate.gelu()? * up
+}
+
+/// CUDA arm: one elementwise kernel (src/kernels/cuda/elementwise.cu).
+fn cuda_fwd(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+    let (gate, up) = (gate.contiguous()?, up.contiguous()?);
+    if gate.shape() != up.shape() {
+        candle_core::bail!(
+            "gelu_mul: gate {:?} and up {:?} differ",
+            gate.shape(),
+            up.shape()
+        );
+    }
+    let out = empty(gate.shape(), gate.dtype(), gate.device())?;
+    let n = gate.elem_count();
+    let args = [
+        Arg::Tensor(&gate),
+        Arg::Tensor(&up),
+        Arg::Tensor(&out),
+        Arg::Usize(n),
+    ];
+    launch(
+        &kernel_name("gelu_mul", gate.dtype())?,
+        gate.device(),
+        elementwise(n),
+        &args,
+    )?;
+    Ok(out)
 }
 
 pub fn reference(gate: &[f64], up: &[f64]) -> Vec<f64> {

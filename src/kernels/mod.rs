@@ -8,6 +8,7 @@
 
 pub mod attention;
 pub mod check;
+pub mod cuda_launch;
 pub mod dequant_fp8_channel;
 pub mod dual_rms_norm_plus_res;
 pub mod gelu_and_mul;
@@ -93,7 +94,33 @@ impl Op {
     /// The native kernels written for this op. Adding a kernel means adding it here and a
     /// dispatch arm in the op's module; call sites never change.
     pub fn native_kernels(self) -> &'static [NativeKernel] {
-        &[]
+        const FLOATS: &[DType] = &[DType::F32, DType::BF16, DType::F16];
+        // The PTX targets compute_80 at the lowest (bf16 conversions).
+        const CUDA: &[NativeKernel] = &[NativeKernel {
+            backend: Backend::Cuda,
+            dtypes: FLOATS,
+            min_compute_capability: Some((8, 0)),
+        }];
+        const CUDA_F32: &[NativeKernel] = &[NativeKernel {
+            backend: Backend::Cuda,
+            dtypes: &[DType::F32],
+            min_compute_capability: Some((8, 0)),
+        }];
+        match self {
+            Op::GeluMul
+            | Op::GeluAndMul
+            | Op::RmsNorm
+            | Op::RmsNormPlusAdd
+            | Op::DualRmsNormPlusRes
+            | Op::DequantFp8Channel
+            | Op::MoeRouterTopk
+            | Op::MoeGatherRows
+            | Op::MoeWeightedScatterAdd
+            | Op::Rope
+            | Op::Softcap => CUDA,
+            Op::MoeZero => CUDA_F32,
+            Op::MatmulBtAlphaBeta | Op::MatmulBtFp8Channel | Op::Attention => &[],
+        }
     }
 }
 

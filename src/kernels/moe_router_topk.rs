@@ -1,7 +1,7 @@
 //! `moe_router_topk`: softmax over all experts (f32) → top-k → renormalise to sum 1 →
 //! × `per_expert_scale[expert]`.
 
-use super::{arm_for, missing_dispatch, Arm, Op};
+use super::{arm_for, missing_dispatch, Arm, Backend, Op};
 use candle_core::{DType, Result, Tensor};
 
 const OP: Op = Op::MoeRouterTopk;
@@ -29,6 +29,7 @@ pub fn moe_router_topk_on(
 ) -> Result<(Tensor, Tensor)> {
     match arm {
         Arm::Composed => composed(logits, k, per_expert_scale),
+        Arm::Native(Backend::Cuda) => cuda_fwd(logits, k, per_expert_scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
@@ -47,6 +48,32 @@ pub fn composed(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<
         .index_select(&experts.flatten_all()?, 0)?
         .reshape((rows, k))?;
     Ok(((weights * scale)?, experts))
+}
+
+/// CUDA arm: one thread per token (src/kernels/cuda/moe.cu).
+fn cuda_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
+    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+    let logits = logits.contiguous()?;
+    let (rows, experts) = logits.dims2()?;
+    let scale = per_expert_scale.to_dtype(logits.dtype())?.contiguous()?;
+    let weights = empty((rows, k), DType::F32, logits.device())?;
+    let chosen = empty((rows, k), DType::U32, logits.device())?;
+    let args = [
+        Arg::Tensor(&logits),
+        Arg::Tensor(&scale),
+        Arg::Tensor(&weights),
+        Arg::Tensor(&chosen),
+        Arg::I32(rows as i32),
+        Arg::I32(experts as i32),
+        Arg::I32(k as i32),
+    ];
+    launch(
+        &kernel_name("moe_router_topk", logits.dtype())?,
+        logits.device(),
+        elementwise(rows),
+        &args,
+    )?;
+    Ok((weights, chosen))
 }
 
 /// `logits [rows, e]` → per row, `k` pairs `(expert, weight)` in descending probability.

@@ -1,6 +1,6 @@
 //! `moe_weighted_scatter_add`: `out[token[r]] += w[r] · y[r]`, accumulated in f32.
 
-use super::{arm_for, missing_dispatch, Arm, Op};
+use super::{arm_for, missing_dispatch, Arm, Backend, Op};
 use candle_core::{DType, Result, Tensor};
 
 const OP: Op = Op::MoeWeightedScatterAdd;
@@ -25,6 +25,7 @@ pub fn moe_weighted_scatter_add_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(out, tokens, weights, y),
+        Arm::Native(Backend::Cuda) => cuda_fwd(out, tokens, weights, y),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
@@ -34,6 +35,32 @@ pub fn composed(out: &Tensor, tokens: &Tensor, weights: &Tensor, y: &Tensor) -> 
         .to_dtype(DType::F32)?
         .broadcast_mul(&weights.unsqueeze(1)?)?;
     out.index_add(tokens, &weighted, 0)
+}
+
+/// CUDA arm: copies `out`, then adds with f32 atomics (src/kernels/cuda/moe.cu); the order of
+/// additions into one row may vary between runs.
+fn cuda_fwd(out: &Tensor, tokens: &Tensor, weights: &Tensor, y: &Tensor) -> Result<Tensor> {
+    use super::cuda_launch::{elementwise, kernel_name, launch, Arg};
+    let acc = out.to_dtype(DType::F32)?.copy()?;
+    let tokens = tokens.to_dtype(DType::U32)?.contiguous()?;
+    let weights = weights.to_dtype(DType::F32)?.contiguous()?;
+    let y = y.contiguous()?;
+    let (count, cols) = y.dims2()?;
+    let args = [
+        Arg::Tensor(&acc),
+        Arg::Tensor(&tokens),
+        Arg::Tensor(&weights),
+        Arg::Tensor(&y),
+        Arg::Usize(count),
+        Arg::Usize(cols),
+    ];
+    launch(
+        &kernel_name("moe_weighted_scatter_add", y.dtype())?,
+        y.device(),
+        elementwise(count * cols),
+        &args,
+    )?;
+    Ok(acc)
 }
 
 pub fn reference(

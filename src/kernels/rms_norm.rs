@@ -1,7 +1,7 @@
 //! `rms_norm`: Gemma-4 RMSNorm — f32 internally, plain weight (not 1+w), optional weightless form.
 //! The weight is applied in f32 before the cast back, as the reference does.
 
-use super::{arm_for, missing_dispatch, reference, Arm, Op};
+use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
 use candle_core::{DType, Result, Tensor, D};
 
 const OP: Op = Op::RmsNorm;
@@ -14,6 +14,7 @@ pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
 pub fn rms_norm_on(arm: Arm, x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, weight, eps),
+        Arm::Native(Backend::Cuda) => cuda_fwd(x, weight, eps),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
@@ -32,6 +33,31 @@ pub fn composed(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
         None => normed,
     };
     normed.to_dtype(x.dtype())
+}
+
+/// CUDA arm: one block per row (src/kernels/cuda/norms.cu).
+fn cuda_fwd(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    use super::cuda_launch::{empty, kernel_name, launch, per_row, Arg};
+    let x = x.contiguous()?;
+    let cols = x.dim(D::Minus1)?;
+    let weight = weight
+        .map(|w| w.to_dtype(x.dtype())?.contiguous())
+        .transpose()?;
+    let out = empty(x.shape(), x.dtype(), x.device())?;
+    let args = [
+        Arg::Tensor(&x),
+        Arg::OptionalTensor(weight.as_ref()),
+        Arg::Tensor(&out),
+        Arg::I32(cols as i32),
+        Arg::F32(eps as f32),
+    ];
+    launch(
+        &kernel_name("rms_norm", x.dtype())?,
+        x.device(),
+        per_row(x.elem_count() / cols, cols),
+        &args,
+    )?;
+    Ok(out)
 }
 
 /// `x [rows, cols]` row-major; `weight [cols]` or none.

@@ -1,6 +1,6 @@
 //! `rms_norm_plus_add`: `residual + rms_norm(x; w)` — the post-norm residual add of every branch.
 
-use super::{arm_for, missing_dispatch, reference, rms_norm, Arm, Op};
+use super::{arm_for, missing_dispatch, reference, rms_norm, Arm, Backend, Op};
 use candle_core::{Result, Tensor};
 
 const OP: Op = Op::RmsNormPlusAdd;
@@ -24,12 +24,37 @@ pub fn rms_norm_plus_add_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(residual, x, weight, eps),
+        Arm::Native(Backend::Cuda) => cuda_fwd(residual, x, weight, eps),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
 
 pub fn composed(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     residual + rms_norm::composed(x, Some(weight), eps)?
+}
+
+/// CUDA arm: one block per row (src/kernels/cuda/norms.cu).
+fn cuda_fwd(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
+    use super::cuda_launch::{empty, kernel_name, launch, per_row, Arg};
+    let (residual, x) = (residual.contiguous()?, x.contiguous()?);
+    let weight = weight.to_dtype(x.dtype())?.contiguous()?;
+    let cols = x.dim(candle_core::D::Minus1)?;
+    let out = empty(x.shape(), x.dtype(), x.device())?;
+    let args = [
+        Arg::Tensor(&residual),
+        Arg::Tensor(&x),
+        Arg::Tensor(&weight),
+        Arg::Tensor(&out),
+        Arg::I32(cols as i32),
+        Arg::F32(eps as f32),
+    ];
+    launch(
+        &kernel_name("rms_norm_plus_add", x.dtype())?,
+        x.device(),
+        per_row(x.elem_count() / cols, cols),
+        &args,
+    )?;
+    Ok(out)
 }
 
 /// `residual, x [rows, cols]`, `weight [cols]`.

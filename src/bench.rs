@@ -1,0 +1,97 @@
+//! Throughput measurements in the spirit of llama-bench: prompt processing (`ppN`: one forward
+//! over N tokens) and token generation (`tgN`: N greedy decode steps after a one-token prompt),
+//! repeated, on the device, with the device synchronised around each timed region.
+
+use crate::model::{gemma4::argmax, Gemma4, KvCache};
+use anyhow::Result;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Test {
+    Prompt(usize),
+    Generate(usize),
+}
+
+impl Test {
+    pub fn name(self) -> String {
+        match self {
+            Test::Prompt(n) => format!("pp{n}"),
+            Test::Generate(n) => format!("tg{n}"),
+        }
+    }
+
+    pub fn parse(spec: &str) -> Option<Test> {
+        let n = |s: &str| s.parse().ok().filter(|&n: &usize| n > 0);
+        if let Some(rest) = spec.strip_prefix("pp") {
+            n(rest).map(Test::Prompt)
+        } else if let Some(rest) = spec.strip_prefix("tg") {
+            n(rest).map(Test::Generate)
+        } else {
+            None
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    pub test: String,
+    pub tokens: usize,
+    pub repetitions: usize,
+    pub tokens_per_s_mean: f64,
+    pub tokens_per_s_stddev: f64,
+    pub samples_tokens_per_s: Vec<f64>,
+}
+
+/// Runs `test` `repetitions` times after one untimed warm-up run.
+pub fn measure(model: &Gemma4, test: Test, repetitions: usize, seed: u64) -> Result<Measurement> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let vocab = model.config().vocab_size as u32;
+    let mut samples = Vec::with_capacity(repetitions);
+    for rep in 0..=repetitions {
+        let seconds = match test {
+            Test::Prompt(n) => {
+                let ids: Vec<u32> = (0..n).map(|_| rng.random_range(3..vocab)).collect();
+                let mut cache = KvCache::new(model.config());
+                model.device().synchronize()?;
+                let started = Instant::now();
+                let logits = model.forward(&ids, &mut cache)?;
+                argmax(&logits)?;
+                started.elapsed().as_secs_f64()
+            }
+            Test::Generate(n) => {
+                let mut cache = KvCache::new(model.config());
+                let mut logits = model.forward(&[model.config().bos_token_id], &mut cache)?;
+                model.device().synchronize()?;
+                let started = Instant::now();
+                for _ in 0..n {
+                    // The argmax stays on the device; only the chosen id comes back.
+                    let next = argmax(&logits)?;
+                    logits = model.forward(&[next], &mut cache)?;
+                }
+                model.device().synchronize()?;
+                started.elapsed().as_secs_f64()
+            }
+        };
+        if rep > 0 {
+            let tokens = match test {
+                Test::Prompt(n) | Test::Generate(n) => n,
+            };
+            samples.push(tokens as f64 / seconds);
+        }
+    }
+    let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+    let variance =
+        samples.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (samples.len().max(2) - 1) as f64;
+    Ok(Measurement {
+        test: test.name(),
+        tokens: match test {
+            Test::Prompt(n) | Test::Generate(n) => n,
+        },
+        repetitions,
+        tokens_per_s_mean: mean,
+        tokens_per_s_stddev: variance.sqrt(),
+        samples_tokens_per_s: samples,
+    })
+}

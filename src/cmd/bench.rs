@@ -1,0 +1,123 @@
+//! `g4 bench`: prompt-processing and token-generation throughput of a checkpoint, with
+//! repetitions, as a markdown table or JSON.
+
+use anyhow::{bail, Context, Result};
+use candle_core::DType;
+use g4::bench::{measure, Test};
+use g4::device::{device_name, dtype_name, open_device, parse_dtype};
+use g4::model::source::ModelSource;
+use g4::model::Gemma4;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Checkpoint directory (default: the embedded tiny model).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Tests to run, e.g. pp512 tg128 (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',', default_values_t = ["pp512".to_string(), "tg128".to_string()])]
+    tests: Vec<String>,
+    /// Timed repetitions per test (after one warm-up run).
+    #[arg(long, short = 'r', default_value_t = 5)]
+    repetitions: usize,
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Compute dtype (default: f32 on CPU, bf16 on GPUs).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Print one JSON object instead of the markdown table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let device = open_device(&args.device)?;
+    let dtype = match &args.dtype {
+        Some(spec) => parse_dtype(spec)?,
+        None if device.is_cpu() => DType::F32,
+        None => DType::BF16,
+    };
+    let tests = args
+        .tests
+        .iter()
+        .map(|t| Test::parse(t).with_context(|| format!("--tests {t}: expected ppN or tgN")))
+        .collect::<Result<Vec<_>>>()?;
+    if args.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let source = match &args.model {
+        Some(dir) => ModelSource::Dir(dir.clone()),
+        None => ModelSource::Embedded,
+    };
+    let memory_before = g4::device::memory_in_use(&device);
+    let started = Instant::now();
+    let config = source.config()?;
+    let context = config.max_position_embeddings;
+    let checkpoint = source.checkpoint(&device, dtype)?;
+    let model = Gemma4::from_checkpoint(config, &checkpoint).with_context(|| source.name())?;
+    drop(checkpoint);
+    device.synchronize()?;
+    let load_s = started.elapsed().as_secs_f64();
+    let memory_weights = g4::device::memory_in_use(&device);
+    for test in &tests {
+        let needed = match test {
+            Test::Prompt(n) => *n,
+            Test::Generate(n) => n + 1,
+        };
+        if needed > context {
+            bail!(
+                "{}: needs {needed} positions but the model's context is {context}",
+                test.name()
+            );
+        }
+    }
+
+    let mut rows = Vec::new();
+    for &test in &tests {
+        rows.push(measure(&model, test, args.repetitions, 42)?);
+    }
+    let memory_peak = g4::device::memory_in_use(&device);
+    let mib = |b: Option<u64>| b.map(|b| b as f64 / 1048576.0);
+    if args.json {
+        let value = json!({
+            "model": source.name(),
+            "device": device_name(&device),
+            "dtype": dtype_name(dtype),
+            "load_s": load_s,
+            "memory_mib": {
+                "before_load": mib(memory_before), "after_load": mib(memory_weights), "after_tests": mib(memory_peak),
+                "measure": g4::device::memory_measure(&device),
+            },
+            "results": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!("| model | device | dtype | test | t/s |");
+        println!("| --- | --- | --- | --- | ---: |");
+        for row in &rows {
+            println!(
+                "| {} | {} | {} | {} | {:.2} ± {:.2} |",
+                source.name(),
+                device_name(&device),
+                dtype_name(dtype),
+                row.test,
+                row.tokens_per_s_mean,
+                row.tokens_per_s_stddev
+            );
+        }
+        let show = |b: Option<u64>| mib(b).map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
+        println!();
+        println!(
+            "load {load_s:.2}s; {} in use: before load {}, after load {}, after tests {}",
+            g4::device::memory_measure(&device),
+            show(memory_before),
+            show(memory_weights),
+            show(memory_peak)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

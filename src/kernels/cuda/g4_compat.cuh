@@ -1,0 +1,49 @@
+// Vendor specifics of g4's kernels, kept here so that hipcc can compile the same sources.
+#pragma once
+
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#include <hip/hip_bf16.h>
+#include <hip/hip_fp16.h>
+typedef __hip_bfloat16 g4_bf16;
+typedef __half g4_f16;
+#define G4_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+#else
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+typedef __nv_bfloat16 g4_bf16;
+typedef __half g4_f16;
+#define G4_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+#endif
+
+#include <stdint.h>
+
+__device__ __forceinline__ float g4_to_f32(float x) { return x; }
+__device__ __forceinline__ float g4_to_f32(g4_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float g4_to_f32(g4_f16 x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T g4_from_f32(float x);
+template <> __device__ __forceinline__ float g4_from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ g4_bf16 g4_from_f32<g4_bf16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ g4_f16 g4_from_f32<g4_f16>(float x) { return __float2half(x); }
+
+// Rounds through T and back: reproduces where the composed arm stores an intermediate in T.
+template <typename T> __device__ __forceinline__ float g4_round(float x) { return g4_to_f32(g4_from_f32<T>(x)); }
+
+// Sum over a block (any size up to 1024 threads, a multiple of the warp size).
+__device__ __forceinline__ float g4_block_sum(float v) {
+    __shared__ float partial[32];
+    const int warp_size = warpSize;
+    for (int mask = warp_size / 2; mask > 0; mask >>= 1) v += G4_SHFL_XOR(v, mask);
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + warp_size - 1) / warp_size;
+    float total = 0.0f;
+    for (int i = 0; i < warps; ++i) total += partial[i];
+    __syncthreads();
+    return total;
+}
+
+// One extern "C" entry point per dtype: g4_<op>_f32, g4_<op>_bf16, g4_<op>_f16.
+#define G4_FOR_FLOAT_TYPES(MACRO) MACRO(f32, float) MACRO(bf16, g4_bf16) MACRO(f16, g4_f16)

@@ -1,0 +1,196 @@
+//! Launching g4's own CUDA kernels (src/kernels/cuda/*.cu, compiled to PTX by build.rs) on
+//! candle's stream, with candle tensors as arguments. In builds without the `cuda` feature these
+//! functions report that; the registry never selects a CUDA arm there.
+
+use candle_core::{DType, Device, Result, Shape, Tensor};
+
+/// A kernel argument.
+pub enum Arg<'a> {
+    Tensor(&'a Tensor),
+    /// A null pointer when absent (e.g. the weightless RMSNorm).
+    OptionalTensor(Option<&'a Tensor>),
+    I32(i32),
+    Usize(usize),
+    F32(f32),
+}
+
+#[derive(Clone, Copy)]
+pub struct Grid {
+    pub blocks: u32,
+    pub threads: u32,
+}
+
+/// A grid-stride launch over `n` elements.
+pub fn elementwise(n: usize) -> Grid {
+    let threads = 256;
+    Grid {
+        blocks: n.div_ceil(threads as usize).clamp(1, 65_535) as u32,
+        threads,
+    }
+}
+
+/// One block per row, sized to the row.
+pub fn per_row(rows: usize, cols: usize) -> Grid {
+    let threads = if cols >= 1024 {
+        1024
+    } else {
+        cols.next_power_of_two().clamp(32, 1024) as u32
+    };
+    Grid {
+        blocks: rows as u32,
+        threads,
+    }
+}
+
+/// `g4_<kernel>_<f32|bf16|f16>`.
+pub fn kernel_name(kernel: &str, dtype: DType) -> Result<String> {
+    let suffix = match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => candle_core::bail!("g4's CUDA kernel {kernel} has no {other:?} variant"),
+    };
+    Ok(format!("g4_{kernel}_{suffix}"))
+}
+
+#[cfg(feature = "cuda")]
+mod imp {
+    use super::{Arg, Grid};
+    use candle_core::cuda::cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda::{CudaStorage, CudaStorageSlice, WrapErr};
+    use candle_core::op::BackpropOp;
+    use candle_core::{DType, Device, Result, Shape, Storage, Tensor};
+
+    const PTX_90: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_90.ptx"));
+    const PTX_80: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_80.ptx"));
+
+    fn cuda_device(device: &Device) -> Result<&candle_core::CudaDevice> {
+        match device {
+            Device::Cuda(d) => Ok(d),
+            _ => candle_core::bail!("g4's CUDA kernels need a CUDA device"),
+        }
+    }
+
+    /// The device address of a contiguous CUDA tensor's first element.
+    fn address(t: &Tensor, stream: &candle_core::cuda::cudarc::driver::CudaStream) -> Result<u64> {
+        let (storage, layout) = t.storage_and_layout();
+        if !layout.is_contiguous() {
+            candle_core::bail!(
+                "g4's CUDA kernels need contiguous inputs, got strides {:?}",
+                layout.stride()
+            );
+        }
+        let Storage::Cuda(cuda) = &*storage else {
+            candle_core::bail!("tensor is not on a CUDA device")
+        };
+        let base = match &cuda.slice {
+            CudaStorageSlice::U8(s) => s.device_ptr(stream).0,
+            CudaStorageSlice::U32(s) => s.device_ptr(stream).0,
+            CudaStorageSlice::BF16(s) => s.device_ptr(stream).0,
+            CudaStorageSlice::F16(s) => s.device_ptr(stream).0,
+            CudaStorageSlice::F32(s) => s.device_ptr(stream).0,
+            CudaStorageSlice::F8E4M3(s) => s.device_ptr(stream).0,
+            _ => candle_core::bail!("g4's CUDA kernels do not take {:?} tensors", t.dtype()),
+        };
+        Ok(base + (layout.start_offset() * t.dtype().size_in_bytes()) as u64)
+    }
+
+    pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+        let dev = cuda_device(device)?;
+        let hopper = crate::device::compute_capability(device).is_some_and(|cc| cc >= (9, 0));
+        let (module, ptx) = if hopper {
+            ("g4_kernels_90", PTX_90)
+        } else {
+            ("g4_kernels_80", PTX_80)
+        };
+        let func = dev.get_or_load_custom_func(name, module, ptx)?;
+        let stream = dev.cuda_stream();
+        enum Value {
+            Pointer(u64),
+            I32(i32),
+            Usize(usize),
+            F32(f32),
+        }
+        let values = args
+            .iter()
+            .map(|a| {
+                Ok(match a {
+                    Arg::Tensor(t) => Value::Pointer(address(t, &stream)?),
+                    Arg::OptionalTensor(Some(t)) => Value::Pointer(address(t, &stream)?),
+                    Arg::OptionalTensor(None) => Value::Pointer(0),
+                    Arg::I32(v) => Value::I32(*v),
+                    Arg::Usize(v) => Value::Usize(*v),
+                    Arg::F32(v) => Value::F32(*v),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut builder = func.builder();
+        for value in &values {
+            match value {
+                Value::Pointer(p) => builder.arg(p),
+                Value::I32(v) => builder.arg(v),
+                Value::Usize(v) => builder.arg(v),
+                Value::F32(v) => builder.arg(v),
+            };
+        }
+        let config = LaunchConfig {
+            grid_dim: (grid.blocks, 1, 1),
+            block_dim: (grid.threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every pointer argument is a live, contiguous CUDA tensor of the dtype the
+        // kernel was chosen for, sized by the caller's shape checks.
+        unsafe { builder.launch(config) }.w()?;
+        Ok(())
+    }
+
+    pub fn empty(shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
+        let dev = cuda_device(device)?;
+        let n = shape.elem_count();
+        // SAFETY: every element is written by the kernel that receives this tensor as output.
+        let slice = unsafe {
+            match dtype {
+                DType::F32 => CudaStorageSlice::F32(dev.alloc::<f32>(n)?),
+                DType::BF16 => CudaStorageSlice::BF16(dev.alloc::<half::bf16>(n)?),
+                DType::F16 => CudaStorageSlice::F16(dev.alloc::<half::f16>(n)?),
+                DType::U32 => CudaStorageSlice::U32(dev.alloc::<u32>(n)?),
+                other => candle_core::bail!("cannot allocate a {other:?} kernel output"),
+            }
+        };
+        let storage = Storage::Cuda(CudaStorage {
+            slice,
+            device: dev.clone(),
+        });
+        Ok(Tensor::from_storage(
+            storage,
+            shape.clone(),
+            BackpropOp::none(),
+            false,
+        ))
+    }
+}
+
+/// Launches `name` (see [`kernel_name`]) on `device`'s stream.
+pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    return imp::launch(name, device, grid, args);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (device, grid, args);
+        candle_core::bail!("{name}: this g4 was built without --features cuda")
+    }
+}
+
+/// An uninitialised output tensor for a kernel that writes every element.
+pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
+    let shape = shape.into();
+    #[cfg(feature = "cuda")]
+    return imp::empty(&shape, dtype, device);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (dtype, device);
+        candle_core::bail!(
+            "cannot allocate a {shape:?} CUDA output: this g4 was built without --features cuda"
+        )
+    }
+}
