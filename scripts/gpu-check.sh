@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
+# of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench ...]   (default: all three)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:?output directory}"; shift
+STEPS="${*:-probe goldens bench}"
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+G4=target/cuda/release/g4
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if [[ " $STEPS " == *" probe "* ]]; then
+  echo "== probe-ops --device cuda --perf"
+  $G4 probe-ops --device cuda --perf | tee "$OUT/probe.txt"
+  $G4 probe-ops --device cuda --json > "$OUT/probe.json"; echo "probe-ops exit $?"
+fi
+if [[ " $STEPS " == *" goldens "* ]]; then
+  echo "== verify-golden --device cuda (f32, token-exact)"
+  $G4 verify-golden --device cuda | tee "$OUT/goldens-f32.txt"
+  echo "== verify-golden --device cuda --dtype bf16 (top-1 agreement)"
+  $G4 verify-golden --device cuda --dtype bf16 | tee "$OUT/goldens-bf16.txt"
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
+  E4B=/tmp/g4-e4b
+  [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
+  echo "== g4 bench E4B bf16"
+  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 -r 3 | tee "$OUT/bench-g4.md"
+  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 -r 3 --json > "$OUT/bench-g4.json"
+  echo "== transformers E4B bf16"
+  timeout 420 python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
+    | grep '^{' | tee "$OUT/bench-transformers.jsonl"
+fi
