@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
 STEPS="${*:-probe goldens bench}"
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-G4=target/cuda/release/g4
+G4=${G4:-target/cuda/release/g4}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 
@@ -26,8 +26,7 @@ if [[ " $STEPS " == *" bench "* ]]; then
   E4B=/tmp/g4-e4b
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
   echo "== g4 bench E4B bf16"
-  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 -r 3 | tee "$OUT/bench-g4.md"
-  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 -r 3 --json > "$OUT/bench-g4.json"
+  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 -r 3 --json | tee "$OUT/bench-g4.json"
   echo "== transformers E4B bf16"
   timeout 420 python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"

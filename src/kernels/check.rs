@@ -215,16 +215,24 @@ pub fn check_with(
     run: &dyn Fn(&Case) -> Result<Vec<Tensor>>,
 ) -> Result<CheckResult> {
     let tolerance = tolerance(op, dtype);
-    let cases = build_cases(op, device, dtype, &mut StdRng::seed_from_u64(seed))?;
     let mut result = CheckResult {
         ok: true,
         dtype: crate::device::dtype_name(dtype).to_string(),
-        cases: cases.len(),
+        cases: 0,
         nmse: 0.0,
         max_abs: 0.0,
         tolerance,
         failure: None,
     };
+    let cases = match build_cases(op, device, dtype, &mut StdRng::seed_from_u64(seed)) {
+        Ok(cases) => cases,
+        Err(e) => {
+            result.ok = false;
+            result.failure = Some(format!("cannot build inputs on this device: {}", first_line(&e.to_string())));
+            return Ok(result);
+        }
+    };
+    result.cases = cases.len();
     for case in &cases {
         if let Some(problem) = check_case(case, run, tolerance, &mut result)? {
             result.ok = false;
@@ -234,6 +242,18 @@ pub fn check_with(
         }
     }
     Ok(result)
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".to_string())
 }
 
 /// Checks one arm of `op` in `dtype`.
@@ -247,7 +267,22 @@ pub fn check_arm(
     check_with(op, device, dtype, seed, &|case| run_arm(op, arm, case))
 }
 
+/// A probe reports a crashing arm like a wrong one: as a failed check, never by crashing.
 fn check_case(
+    case: &Case,
+    run: &dyn Fn(&Case) -> Result<Vec<Tensor>>,
+    tolerance: Tolerance,
+    result: &mut CheckResult,
+) -> Result<Option<String>> {
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compare(case, run, tolerance, result)));
+    match checked {
+        Ok(Ok(problem)) => Ok(problem),
+        Ok(Err(e)) => Ok(Some(format!("reading the results failed: {}", first_line(&e.to_string())))),
+        Err(panic) => Ok(Some(format!("the arm panicked: {}", panic_message(&panic)))),
+    }
+}
+
+fn compare(
     case: &Case,
     run: &dyn Fn(&Case) -> Result<Vec<Tensor>>,
     tolerance: Tolerance,
@@ -255,7 +290,7 @@ fn check_case(
 ) -> Result<Option<String>> {
     let outputs = match run(case) {
         Ok(outputs) => outputs,
-        Err(e) => return Ok(Some(format!("the arm failed: {e}"))),
+        Err(e) => return Ok(Some(format!("the arm failed: {}", first_line(&e.to_string())))),
     };
     let mut got = Vec::new();
     let mut indices = None;

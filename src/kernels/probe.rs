@@ -150,11 +150,14 @@ fn report_arm(
         .iter()
         .map(|&d| check::check_arm(op, arm, device, d, options.seed))
         .collect::<candle_core::Result<Vec<_>>>()?;
+    // Timing only what passed: a failing arm has nothing worth timing.
     let perf = if options.perf {
         dtypes
             .iter()
-            .map(|&d| check::time_arm(op, arm, device, d, options.seed))
-            .collect::<candle_core::Result<Vec<_>>>()?
+            .zip(&by_dtype)
+            .filter(|(_, c)| c.ok)
+            .filter_map(|(&d, _)| check::time_arm(op, arm, device, d, options.seed).ok())
+            .collect()
     } else {
         vec![]
     };
