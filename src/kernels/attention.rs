@@ -3,7 +3,7 @@
 //! rules arrive as an additive f32 mask `[S, T]` (absent when every key is visible, as in decode).
 //! Softmax runs in f32, as the reference's eager attention does.
 
-use super::{arm_for, missing_dispatch, Arm, Op};
+use super::{arm_for, missing_dispatch, Arm, Backend, Op};
 use candle_core::{DType, Result, Tensor};
 
 const OP: Op = Op::Attention;
@@ -30,6 +30,7 @@ pub fn attention_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(q, k, v, mask, scale),
+        Arm::Native(Backend::Cuda) => cuda_fwd(q, k, v, mask, scale),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
@@ -67,6 +68,65 @@ pub fn composed(
     probs
         .matmul(&v.contiguous()?)?
         .reshape((batch, heads, seq, head_dim))
+}
+
+/// CUDA arm: one block per query row with an online softmax per warp (src/kernels/cuda/
+/// attention.cu). K/V may be views into the cache; head_dim up to 512 (Gemma-4's largest).
+fn cuda_fwd(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    use super::cuda_launch::{empty, kernel_name, launch, Arg, Grid};
+    let q = q.contiguous()?;
+    let (batch, heads, seq, head_dim) = q.dims4()?;
+    let (_, kv_heads, keys, _) = k.dims4()?;
+    if head_dim > 512 {
+        candle_core::bail!("the CUDA attention arm supports head_dim up to 512, got {head_dim}");
+    }
+    // Rows must be contiguous and the batch dim must collapse into the head dim.
+    let fits = |t: &Tensor| {
+        let stride = t.stride();
+        stride[3] == 1 && stride[2] == head_dim && (batch == 1 || stride[0] == kv_heads * stride[1])
+    };
+    let (k, v) = if fits(k) && fits(v) && k.stride() == v.stride() {
+        (k.clone(), v.clone())
+    } else {
+        (k.contiguous()?, v.contiguous()?)
+    };
+    let head_stride = k.stride()[1];
+    let mask = mask
+        .map(|m| m.to_dtype(DType::F32)?.contiguous())
+        .transpose()?;
+    let out = empty((batch, heads, seq, head_dim), q.dtype(), q.device())?;
+    let args = [
+        Arg::Tensor(&q),
+        Arg::RowView(&k),
+        Arg::RowView(&v),
+        Arg::OptionalTensor(mask.as_ref()),
+        Arg::Tensor(&out),
+        Arg::I32(heads as i32),
+        Arg::I32(kv_heads as i32),
+        Arg::I32(seq as i32),
+        Arg::I32(keys as i32),
+        Arg::I32(head_dim as i32),
+        Arg::Usize(head_stride),
+        Arg::F32(scale as f32),
+    ];
+    // Four warps per block, whatever the warp size.
+    let grid = Grid {
+        blocks: (batch * heads * seq) as u32,
+        threads: 128,
+    };
+    launch(
+        &kernel_name("attention", q.dtype())?,
+        q.device(),
+        grid,
+        &args,
+    )?;
+    Ok(out)
 }
 
 /// One batch: `q [heads, S, D]`, `k, v [kv_heads, T, D]`, `mask [S, T]` (−∞ hides a key).

@@ -228,7 +228,10 @@ pub fn check_with(
         Ok(cases) => cases,
         Err(e) => {
             result.ok = false;
-            result.failure = Some(format!("cannot build inputs on this device: {}", first_line(&e.to_string())));
+            result.failure = Some(format!(
+                "cannot build inputs on this device: {}",
+                first_line(&e.to_string())
+            ));
             return Ok(result);
         }
     };
@@ -274,10 +277,15 @@ fn check_case(
     tolerance: Tolerance,
     result: &mut CheckResult,
 ) -> Result<Option<String>> {
-    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compare(case, run, tolerance, result)));
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        compare(case, run, tolerance, result)
+    }));
     match checked {
         Ok(Ok(problem)) => Ok(problem),
-        Ok(Err(e)) => Ok(Some(format!("reading the results failed: {}", first_line(&e.to_string())))),
+        Ok(Err(e)) => Ok(Some(format!(
+            "reading the results failed: {}",
+            first_line(&e.to_string())
+        ))),
         Err(panic) => Ok(Some(format!("the arm panicked: {}", panic_message(&panic)))),
     }
 }
@@ -290,7 +298,12 @@ fn compare(
 ) -> Result<Option<String>> {
     let outputs = match run(case) {
         Ok(outputs) => outputs,
-        Err(e) => return Ok(Some(format!("the arm failed: {}", first_line(&e.to_string())))),
+        Err(e) => {
+            return Ok(Some(format!(
+                "the arm failed: {}",
+                first_line(&e.to_string())
+            )))
+        }
     };
     let mut got = Vec::new();
     let mut indices = None;

@@ -7,6 +7,9 @@ use candle_core::{DType, Device, Result, Shape, Tensor};
 /// A kernel argument.
 pub enum Arg<'a> {
     Tensor(&'a Tensor),
+    /// A tensor whose rows are contiguous but whose outer dims may be strided (a cache view);
+    /// the kernel receives the strides separately.
+    RowView(&'a Tensor),
     /// A null pointer when absent (e.g. the weightless RMSNorm).
     OptionalTensor(Option<&'a Tensor>),
     I32(i32),
@@ -71,10 +74,15 @@ mod imp {
         }
     }
 
-    /// The device address of a contiguous CUDA tensor's first element.
-    fn address(t: &Tensor, stream: &candle_core::cuda::cudarc::driver::CudaStream) -> Result<u64> {
+    /// The device address of a CUDA tensor's first element; all but row views must be contiguous.
+    fn address(
+        t: &Tensor,
+        rows_only: bool,
+        stream: &candle_core::cuda::cudarc::driver::CudaStream,
+    ) -> Result<u64> {
         let (storage, layout) = t.storage_and_layout();
-        if !layout.is_contiguous() {
+        let rows_contiguous = layout.stride().last() == Some(&1);
+        if !(layout.is_contiguous() || rows_only && rows_contiguous) {
             candle_core::bail!(
                 "g4's CUDA kernels need contiguous inputs, got strides {:?}",
                 layout.stride()
@@ -115,8 +123,9 @@ mod imp {
             .iter()
             .map(|a| {
                 Ok(match a {
-                    Arg::Tensor(t) => Value::Pointer(address(t, &stream)?),
-                    Arg::OptionalTensor(Some(t)) => Value::Pointer(address(t, &stream)?),
+                    Arg::Tensor(t) => Value::Pointer(address(t, false, &stream)?),
+                    Arg::RowView(t) => Value::Pointer(address(t, true, &stream)?),
+                    Arg::OptionalTensor(Some(t)) => Value::Pointer(address(t, false, &stream)?),
                     Arg::OptionalTensor(None) => Value::Pointer(0),
                     Arg::I32(v) => Value::I32(*v),
                     Arg::Usize(v) => Value::Usize(*v),
@@ -142,6 +151,81 @@ mod imp {
         // kernel was chosen for, sized by the caller's shape checks.
         unsafe { builder.launch(config) }.w()?;
         Ok(())
+    }
+
+    /// `C' = α·A·Bᵀ + β·C` with cuBLAS on candle's handle; A `[M, K]`, B `[N, K]`, C `[M, N]`,
+    /// all contiguous.
+    pub fn gemm_bt_accumulate(
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        alpha: f64,
+        beta: f64,
+    ) -> Result<Tensor> {
+        use candle_core::cuda::cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
+        use candle_core::cuda::CudaDType;
+        use candle_core::WithDType;
+        fn typed<T: CudaDType + WithDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
+            a: &Tensor,
+            b: &Tensor,
+            c: &Tensor,
+            alpha: f64,
+            beta: f64,
+        ) -> Result<Tensor>
+        where
+            candle_core::cuda::cudarc::cublas::CudaBlas: Gemm<T>,
+        {
+            let dev = cuda_device(a.device())?;
+            let (m, k) = a.dims2()?;
+            let n = b.dim(0)?;
+            let view =
+                |t: &Tensor| -> Result<candle_core::cuda::cudarc::driver::CudaView<'static, T>> {
+                    let (storage, layout) = t.storage_and_layout();
+                    let Storage::Cuda(cuda) = &*storage else {
+                        candle_core::bail!("tensor is not on a CUDA device")
+                    };
+                    let slice = cuda.as_cuda_slice::<T>()?;
+                    let offset = layout.start_offset();
+                    // SAFETY: the view outlives neither the tensor (held by the caller for the whole
+                    // call) nor the stream-ordered work that reads it.
+                    Ok(
+                        unsafe {
+                            std::mem::transmute(slice.slice(offset..offset + t.elem_count()))
+                        },
+                    )
+                };
+            let (av, bv, cv) = (view(a)?, view(b)?, view(c)?);
+            let stream = dev.cuda_stream();
+            let mut out = stream.clone_dtod(&cv).w()?;
+            // Row-major C = A·Bᵀ is column-major Cᵀ = B·Aᵀ: B transposed, A as is.
+            let config = GemmConfig {
+                transa: cublasOperation_t::CUBLAS_OP_T,
+                transb: cublasOperation_t::CUBLAS_OP_N,
+                m: n as i32,
+                n: m as i32,
+                k: k as i32,
+                alpha: T::from_f64(alpha),
+                lda: k as i32,
+                ldb: k as i32,
+                beta: T::from_f64(beta),
+                ldc: n as i32,
+            };
+            // SAFETY: shapes and leading dimensions come from the contiguous tensors above.
+            unsafe { dev.cublas_handle().gemm(config, &bv, &av, &mut out) }.w()?;
+            let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(out, dev.clone()));
+            Ok(Tensor::from_storage(
+                storage,
+                (m, n),
+                BackpropOp::none(),
+                false,
+            ))
+        }
+        match a.dtype() {
+            DType::F32 => typed::<f32>(a, b, c, alpha, beta),
+            DType::BF16 => typed::<half::bf16>(a, b, c, alpha, beta),
+            DType::F16 => typed::<half::f16>(a, b, c, alpha, beta),
+            other => candle_core::bail!("cuBLAS accumulate has no {other:?} variant"),
+        }
     }
 
     pub fn empty(shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
@@ -178,6 +262,23 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
     {
         let _ = (device, grid, args);
         candle_core::bail!("{name}: this g4 was built without --features cuda")
+    }
+}
+
+/// `α·A·Bᵀ + β·C` through cuBLAS (a new tensor; C is not modified).
+pub fn gemm_bt_accumulate(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f64,
+    beta: f64,
+) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    return imp::gemm_bt_accumulate(a, b, c, alpha, beta);
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (a, b, c, alpha, beta);
+        candle_core::bail!("cuBLAS: this g4 was built without --features cuda")
     }
 }
 

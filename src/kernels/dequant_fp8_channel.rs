@@ -28,10 +28,15 @@ pub fn dequant_fp8_channel_on(
 pub fn composed(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
     let rows = weight.dim(0)?;
     let scale = scale.to_dtype(DType::F32)?.reshape((rows, 1))?;
-    weight
-        .to_dtype(DType::F32)?
-        .broadcast_mul(&scale)?
-        .to_dtype(dtype)
+    let decoded = if weight.device().is_cuda() {
+        // candle 0.11.1 looks up `cast_f8e4m3_*` on CUDA but its kernels are named
+        // `cast_f8_e4m3_*` (probe-ops on the H200 found it), so decode on the host there.
+        let host = weight.to_device(&candle_core::Device::Cpu)?;
+        host.to_dtype(DType::F32)?.to_device(weight.device())?
+    } else {
+        weight.to_dtype(DType::F32)?
+    };
+    decoded.broadcast_mul(&scale)?.to_dtype(dtype)
 }
 
 /// CUDA arm: decodes e4m3 in the kernel (src/kernels/cuda/fp8.cu).

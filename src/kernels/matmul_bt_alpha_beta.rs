@@ -1,6 +1,6 @@
 //! `matmul_bt_alpha_beta`: `C = α·A·Bᵀ + β·C`, the accumulating GEMM (MoE expert accumulation).
 
-use super::{arm_for, missing_dispatch, reference, Arm, Op};
+use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
 use candle_core::{Result, Tensor};
 
 const OP: Op = Op::MatmulBtAlphaBeta;
@@ -27,12 +27,19 @@ pub fn matmul_bt_alpha_beta_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(a, b, c, alpha, beta),
+        Arm::Native(Backend::Cuda) => cuda_fwd(a, b, c, alpha, beta),
         Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
     }
 }
 
 pub fn composed(a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) -> Result<Tensor> {
     a.matmul(&b.t()?)?.affine(alpha, 0.0)? + c.affine(beta, 0.0)?
+}
+
+/// CUDA arm: cuBLAS GEMM with β on candle's handle.
+fn cuda_fwd(a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) -> Result<Tensor> {
+    let (a, b, c) = (a.contiguous()?, b.contiguous()?, c.contiguous()?);
+    super::cuda_launch::gemm_bt_accumulate(&a, &b, &c, alpha, beta)
 }
 
 pub fn reference(

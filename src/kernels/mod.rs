@@ -117,9 +117,11 @@ impl Op {
             | Op::MoeGatherRows
             | Op::MoeWeightedScatterAdd
             | Op::Rope
-            | Op::Softcap => CUDA,
+            | Op::Softcap
+            | Op::Attention
+            | Op::MatmulBtAlphaBeta => CUDA,
             Op::MoeZero => CUDA_F32,
-            Op::MatmulBtAlphaBeta | Op::MatmulBtFp8Channel | Op::Attention => &[],
+            Op::MatmulBtFp8Channel => &[],
         }
     }
 }

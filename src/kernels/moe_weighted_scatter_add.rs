@@ -34,6 +34,13 @@ pub fn composed(out: &Tensor, tokens: &Tensor, weights: &Tensor, y: &Tensor) -> 
     let weighted = y
         .to_dtype(DType::F32)?
         .broadcast_mul(&weights.unsqueeze(1)?)?;
+    // candle 0.11.1's CUDA index_add panics on a destination view with a start offset (found by
+    // probe-ops on the H200); a copy starts at offset 0.
+    let out = if out.layout().start_offset() > 0 {
+        out.copy()?
+    } else {
+        out.clone()
+    };
     out.index_add(tokens, &weighted, 0)
 }
 
