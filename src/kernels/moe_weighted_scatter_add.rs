@@ -34,10 +34,11 @@ pub fn composed(out: &Tensor, tokens: &Tensor, weights: &Tensor, y: &Tensor) -> 
     let weighted = y
         .to_dtype(DType::F32)?
         .broadcast_mul(&weights.unsqueeze(1)?)?;
-    // candle 0.11.1's CUDA index_add panics on a destination view with a start offset (found by
-    // probe-ops on the H200); a copy starts at offset 0.
+    // candle 0.11.1's CUDA index_add applies the destination's layout, start offset included, to
+    // a fresh buffer and panics (found by probe-ops on the H200): give it an offset-0 copy
+    // (`copy` would keep the offset).
     let out = if out.layout().start_offset() > 0 {
-        out.copy()?
+        out.force_contiguous()?
     } else {
         out.clone()
     };
