@@ -119,9 +119,9 @@ impl Op {
             | Op::Rope
             | Op::Softcap
             | Op::Attention
-            | Op::MatmulBtAlphaBeta => CUDA,
+            | Op::MatmulBtAlphaBeta
+            | Op::MatmulBtFp8Channel => CUDA,
             Op::MoeZero => CUDA_F32,
-            Op::MatmulBtFp8Channel => &[],
         }
     }
 }
