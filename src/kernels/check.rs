@@ -772,6 +772,8 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 (8, 2, 3, 11, 256, Some(8)),
                 (4, 1, 1, 9, 512, None),
                 (2, 1, 13, 13, 64, Some(4)),
+                // Longer than a decode block: the CUDA arm's GEMM path.
+                (4, 2, 24, 30, 128, Some(8)),
             ] {
                 let mut c = Builder {
                     device,
