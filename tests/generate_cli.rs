@@ -4,15 +4,9 @@
 
 use g4::model::source::ModelSource;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn g4(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_g4"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run g4")
-}
+mod common;
+use common::g4;
 
 fn json(args: &[&str]) -> serde_json::Value {
     let mut all = vec!["generate", "--json"];

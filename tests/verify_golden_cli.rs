@@ -4,15 +4,10 @@
 
 use candle_core::{Device, Tensor};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn g4(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_g4"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run g4")
-}
+mod common;
+use common::g4;
 
 fn text(out: &Output) -> (String, String) {
     (

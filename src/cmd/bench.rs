@@ -2,45 +2,30 @@
 //! repetitions, as a markdown table or JSON.
 
 use anyhow::{bail, Context, Result};
-use candle_core::DType;
 use g4::bench::{measure, Test};
-use g4::device::{device_name, dtype_name, open_device, parse_dtype};
-use g4::model::source::ModelSource;
+use g4::device::{device_name, dtype_name};
 use g4::model::Gemma4;
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Checkpoint directory (default: the embedded tiny model).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    target: super::ModelArgs,
     /// Tests to run, e.g. pp512 tg128 (comma-separated or repeated).
     #[arg(long, value_delimiter = ',', default_values_t = ["pp512".to_string(), "tg128".to_string()])]
     tests: Vec<String>,
     /// Timed repetitions per test (after one warm-up run).
     #[arg(long, short = 'r', default_value_t = 5)]
     repetitions: usize,
-    /// Device: cpu, cuda, cuda:N, metal.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// Compute dtype (default: f32 on CPU, bf16 on GPUs).
-    #[arg(long)]
-    dtype: Option<String>,
     /// Print one JSON object instead of the markdown table.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let device = open_device(&args.device)?;
-    let dtype = match &args.dtype {
-        Some(spec) => parse_dtype(spec)?,
-        None if device.is_cpu() => DType::F32,
-        None => DType::BF16,
-    };
+    let (device, dtype, source) = args.target.resolve()?;
     let tests = args
         .tests
         .iter()
@@ -49,10 +34,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
-    let source = match &args.model {
-        Some(dir) => ModelSource::Dir(dir.clone()),
-        None => ModelSource::Embedded,
-    };
     let memory_before = g4::device::memory_in_use(&device);
     let started = Instant::now();
     let config = source.config()?;

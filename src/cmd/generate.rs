@@ -2,28 +2,30 @@
 //! `--model` is given.
 
 use anyhow::{Context, Result};
-use candle_core::DType;
-use g4::device::{device_name, dtype_name, open_device, parse_dtype};
+use g4::device::{device_name, dtype_name};
 use g4::model::generation::{self, Request};
 use g4::model::sampling::{Sampler, SamplingParams};
-use g4::model::source::ModelSource;
 use g4::model::tokenizer::Message;
 use g4::model::Gemma4;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::io::{IsTerminal, Read, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 /// Sampling flags left unset fall back to the checkpoint's generation_config.json, then to
 /// greedy decoding. `--temperature 0` is always greedy.
 #[derive(clap::Args)]
+#[command(
+    after_help = "Sampling: options left unset come from the checkpoint's generation_config.json \
+(do_sample, temperature, top_k, top_p, min_p, repetition_penalty); without one, decoding is greedy. \
+Generation stops at the checkpoint's eos ids (config.json, generation_config.json, and <turn|>), \
+at a --stop string, after --max-tokens, or at the end of the model's context. Statistics go to \
+stderr; the text alone goes to stdout."
+)]
 pub struct Args {
-    /// Checkpoint directory in Hugging Face layout (config.json, tokenizer.json, *.safetensors).
-    /// Without it, g4 runs its embedded tiny model (trained on the King James Bible).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    target: super::ModelArgs,
     /// Prompt text; `-` reads it from standard input. Empty: generate from <bos> alone.
     #[arg(long, short, default_value = "")]
     prompt: String,
@@ -60,28 +62,13 @@ pub struct Args {
     /// Stop when this text is produced (not printed). Repeatable.
     #[arg(long)]
     stop: Vec<String>,
-    /// Device: cpu, cuda, cuda:N, metal.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// Compute dtype: f32, bf16, f16 (default: f32 on CPU, bf16 on GPUs).
-    #[arg(long)]
-    dtype: Option<String>,
     /// Print one JSON object (text, token ids, timings, stop reason) instead of streaming.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let device = open_device(&args.device)?;
-    let dtype = match &args.dtype {
-        Some(spec) => parse_dtype(spec)?,
-        None if device.is_cpu() => DType::F32,
-        None => DType::BF16,
-    };
-    let source = match &args.model {
-        Some(dir) => ModelSource::Dir(dir.clone()),
-        None => ModelSource::Embedded,
-    };
+    let (device, dtype, source) = args.target.resolve()?;
     let prompt = read_prompt(&args.prompt)?;
 
     let load_started = Instant::now();

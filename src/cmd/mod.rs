@@ -5,6 +5,44 @@ pub mod generate;
 pub mod probe_ops;
 pub mod verify_golden;
 
+/// Which model to run, where, and in which dtype: shared by `generate` and `bench`.
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// Checkpoint directory in Hugging Face layout (config.json, tokenizer.json, *.safetensors).
+    /// Without it, g4 runs its embedded tiny model (trained on the King James Bible).
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Compute dtype: f32, bf16, f16 (default: f32 on CPU, bf16 on GPUs).
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+impl ModelArgs {
+    /// Opens the device and resolves the dtype and the model's source.
+    pub fn resolve(
+        &self,
+    ) -> anyhow::Result<(
+        candle_core::Device,
+        candle_core::DType,
+        g4::model::source::ModelSource,
+    )> {
+        let device = g4::device::open_device(&self.device)?;
+        let dtype = match &self.dtype {
+            Some(spec) => g4::device::parse_dtype(spec)?,
+            None if device.is_cpu() => candle_core::DType::F32,
+            None => candle_core::DType::BF16,
+        };
+        let source = match &self.model {
+            Some(dir) => g4::model::source::ModelSource::Dir(dir.clone()),
+            None => g4::model::source::ModelSource::Embedded,
+        };
+        Ok((device, dtype, source))
+    }
+}
+
 /// An error and its causes on one line, outermost first.
 pub fn one_line(error: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();

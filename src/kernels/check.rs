@@ -384,7 +384,17 @@ struct Builder<'a> {
     raw: Vec<Tensor>,
 }
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    fn new(device: &'a Device, dtype: DType, rng: &'a mut StdRng) -> Builder<'a> {
+        Builder {
+            device,
+            dtype,
+            rng,
+            floats: vec![],
+            raw: vec![],
+        }
+    }
+
     fn round(&self, values: Vec<f64>, dtype: DType) -> Result<Vec<f64>> {
         let n = values.len();
         // Via f32: candle 0.11.1's CPU conversion between F8E4M3 and F64 never returns.
@@ -469,13 +479,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
     match op {
         Op::GeluMul => {
             for (rows, cols) in [(1, 7), (3, 257), (17, 1024)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let gate = c.uniform(&[rows, cols], -4.0, 4.0)?;
                 let up = c.uniform(&[rows, cols], -2.0, 2.0)?;
                 cases.push(c.finish(format!("[{rows}, {cols}]"), gelu_mul::reference(&gate, &up)));
@@ -483,13 +487,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::GeluAndMul => {
             for (rows, d) in [(1, 7), (3, 129), (9, 704)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let packed = c.uniform(&[rows, 2 * d], -3.0, 3.0)?;
                 cases.push(c.finish(
                     format!("[{rows}, 2×{d}]"),
@@ -504,13 +502,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 (5, 2560, true),
                 (4, 33, false),
             ] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
                 let w = if weighted {
                     Some(c.float(&[cols], norm_weight)?)
@@ -526,13 +518,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::RmsNormPlusAdd => {
             for (rows, cols) in [(1, 64), (3, 257), (5, 2560)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
                 let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
                 let w = c.float(&[cols], norm_weight)?;
@@ -544,13 +530,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::DualRmsNormPlusRes => {
             for (rows, cols) in [(1, 64), (3, 257), (5, 2560)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
                 let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
                 let w1 = c.float(&[cols], norm_weight)?;
@@ -565,13 +545,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 (5, 33, 65, 0.5, 1.0),
                 (16, 64, 128, 1.0, 0.0),
             ] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let a = c.uniform(&[m, k], -1.0, 1.0)?;
                 let bt = c.uniform(&[n, k], -1.0, 1.0)?;
                 let acc = c.uniform(&[m, n], -2.0, 2.0)?;
@@ -583,13 +557,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::DequantFp8Channel | Op::MatmulBtFp8Channel => {
             for (m, n, k) in [(1, 3, 5), (3, 17, 129), (8, 64, 256)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let x = if op == Op::MatmulBtFp8Channel {
                     Some(c.uniform(&[m, k], -1.0, 1.0)?)
                 } else {
@@ -618,13 +586,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::MoeRouterTopk => {
             for (rows, experts, k) in [(1, 4, 2), (3, 16, 4), (5, 128, 8)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 // Distinct, well-separated logits: rounding can never create a tie.
                 let mut logits = Vec::with_capacity(rows * experts);
                 for _ in 0..rows {
@@ -649,13 +611,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::MoeGatherRows => {
             for (n, h, r) in [(1, 7, 1), (6, 65, 9), (32, 256, 40)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let x = c.uniform(&[n, h], -2.0, 2.0)?;
                 let rows: Vec<usize> = (0..r).map(|_| c.rng.random_range(0..n)).collect();
                 c.indices(&rows.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
@@ -667,13 +623,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::MoeWeightedScatterAdd => {
             for (n, h, r) in [(1, 7, 2), (6, 65, 9), (32, 256, 64)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let out = c.float_as(&[n, h], DType::F32, |r| r.random_range(-1.0..1.0))?;
                 let tokens: Vec<usize> = (0..r).map(|_| c.rng.random_range(0..n)).collect();
                 c.indices(&tokens.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
@@ -685,13 +635,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::MoeZero => {
             for (rows, cols) in [(1, 64), (7, 33), (128, 2560)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 c.raw.push(Tensor::zeros(1, DType::U32, device)?);
                 let mut case =
                     c.finish(format!("[{rows}, {cols}]"), moe_zero::reference(rows, cols));
@@ -706,13 +650,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 (5, 2, 512, true),
                 (1, 8, 64, false),
             ] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let x = c.uniform(&[1, seq, heads, d], -2.0, 2.0)?;
                 let half = d / 2;
                 let rotated = if proportional { d / 8 } else { half };
@@ -749,13 +687,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
         }
         Op::Softcap => {
             for (rows, cols) in [(1, 11), (4, 262), (2, 4096)] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let x = c.uniform(&[rows, cols], -100.0, 100.0)?;
                 let mut case = c.finish(
                     format!("[{rows}, {cols}] cap 30"),
@@ -775,13 +707,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 // Longer than a decode block: the CUDA arm's GEMM path.
                 (4, 2, 24, 30, 128, Some(8)),
             ] {
-                let mut c = Builder {
-                    device,
-                    dtype,
-                    rng: &mut *rng,
-                    floats: vec![],
-                    raw: vec![],
-                };
+                let mut c = Builder::new(device, dtype, rng);
                 let spread = (d as f64).powf(-0.25) * 1.5;
                 let q = c.uniform(&[1, h, s, d], -spread, spread)?;
                 let k = c.uniform(&[1, kvh, t, d], -spread, spread)?;
