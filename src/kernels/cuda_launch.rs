@@ -59,10 +59,12 @@ pub fn kernel_name(kernel: &str, dtype: DType) -> Result<String> {
 #[cfg(feature = "cuda")]
 mod imp {
     use super::{Arg, Grid};
-    use candle_core::cuda::cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
+    use candle_core::cuda::cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
     use candle_core::cuda::{CudaStorage, CudaStorageSlice, WrapErr};
     use candle_core::op::BackpropOp;
     use candle_core::{DType, Device, Result, Shape, Storage, Tensor};
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
 
     const PTX_90: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_90.ptx"));
     const PTX_80: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_80.ptx"));
@@ -103,15 +105,39 @@ mod imp {
         Ok(base + (layout.start_offset() * t.dtype().size_in_bytes()) as u64)
     }
 
-    pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
-        let dev = cuda_device(device)?;
+    /// Kernels resolved once per (device, name): a decode step launches hundreds of them, and a
+    /// driver symbol lookup plus a capability query per launch is measurable host time.
+    fn function(
+        dev: &candle_core::CudaDevice,
+        device: &Device,
+        name: &str,
+    ) -> Result<CudaFunction> {
+        type Resolved = HashMap<(candle_core::cuda::DeviceId, String), CudaFunction>;
+        static RESOLVED: OnceLock<Mutex<Resolved>> = OnceLock::new();
+        let key = (dev.id(), name.to_string());
+        let cache = RESOLVED.get_or_init(Default::default);
+        if let Some(func) = cache.lock().expect("kernel cache lock").get(&key) {
+            return Ok(func.clone());
+        }
         let hopper = crate::device::compute_capability(device).is_some_and(|cc| cc >= (9, 0));
         let (module, ptx) = if hopper {
             ("g4_kernels_90", PTX_90)
         } else {
             ("g4_kernels_80", PTX_80)
         };
-        let func = dev.get_or_load_custom_func(name, module, ptx)?;
+        let func = dev
+            .get_or_load_custom_func(name, module, ptx)?
+            .into_cuda_function();
+        cache
+            .lock()
+            .expect("kernel cache lock")
+            .insert(key, func.clone());
+        Ok(func)
+    }
+
+    pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+        let dev = cuda_device(device)?;
+        let func = function(dev, device, name)?;
         let stream = dev.cuda_stream();
         enum Value {
             Pointer(u64),
@@ -133,7 +159,7 @@ mod imp {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut builder = func.builder();
+        let mut builder = stream.launch_builder(&func);
         for value in &values {
             match value {
                 Value::Pointer(p) => builder.arg(p),
