@@ -98,10 +98,11 @@ def fill_weights(model, seed):
 
 def greedy_with_scores(model, prompt, new_tokens):
     ids = torch.tensor([prompt])
-    out = model.generate(
-        ids, do_sample=False, max_new_tokens=new_tokens, output_scores=True, return_dict_in_generate=True,
-        generation_config=GenerationConfig(eos_token_id=None, pad_token_id=0, do_sample=False),
-    )
+    # No eos: every case runs its full length (a model-level eos id would otherwise stop it).
+    model.generation_config = GenerationConfig(eos_token_id=None, pad_token_id=0, do_sample=False)
+    out = model.generate(ids, max_new_tokens=new_tokens, output_scores=True, return_dict_in_generate=True)
+    if out.sequences.shape[1] - len(prompt) != new_tokens:
+        raise SystemExit(f"generation stopped after {out.sequences.shape[1] - len(prompt)} of {new_tokens} tokens")
     tokens = out.sequences[0, len(prompt):].tolist()
     logprobs = [torch.log_softmax(s[0].double(), dim=-1) for s in out.scores]
     return tokens, logprobs
