@@ -21,6 +21,7 @@ tensors.
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -63,6 +64,13 @@ VARIANTS = {
         attention_k_eq_v=True, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=4,
         top_k_experts=2, moe_intermediate_size=32,
     ), dict(layout="text_only", storage="float32", drop_layer_types=True, max_shard_size="300KB")),
+    # compressed-tensors FP8: every projection and expert stored as e4m3 with one f32 scale per
+    # output row, experts exploded per expert; the reference runs on the dequantised values.
+    "fp8-moe": (dict(
+        num_hidden_layers=6, layer_types=[S, S, F, S, S, F], num_key_value_heads=2, global_head_dim=32,
+        num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=8,
+        num_kv_shared_layers=2, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+    ), dict(layout="text_only", storage="float32", fp8=True)),
     # Every branch at once, saved the way Google's released checkpoints look: multimodal layout,
     # flat global_head_dim fields (no per_layer_config), eos [1, 106], dead K/V weights on
     # consumer layers and tower tensors the text model must ignore.
@@ -139,6 +147,62 @@ def make_case(model, name, length, new_tokens, seed, vocab):
     raise SystemExit(f"{name}: no prompt with margins >= {MIN_MARGIN} in 50 attempts")
 
 
+FP8_MAX = 448.0
+FP8_LINEAR = re.compile(
+    r"layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj|per_layer_input_gate|per_layer_projection)\.weight$")
+FP8_EXPERTS = re.compile(r"layers\.\d+\.experts\.(gate_up_proj|down_proj)$")
+
+
+def quantize_rows(w):
+    """e4m3 values and per-row f32 scales (absmax / 448) of a [..., rows, cols] tensor."""
+    scale = (w.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+    return (w / scale).to(torch.float8_e4m3fn), scale
+
+
+def fp8_quantize_in_place(model):
+    """Replaces every quantised weight by its dequantised value; returns name -> (e4m3, scale)."""
+    stored = {}
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if FP8_LINEAR.search(name) or FP8_EXPERTS.search(name):
+                q, scale = quantize_rows(param.data)
+                param.copy_(q.float() * scale)
+                stored[name] = (q, scale)
+    return stored
+
+
+def fp8_checkpoint(model_dir, stored):
+    """Rewrites a saved f32 checkpoint as compressed-tensors FP8 with exploded experts."""
+    st_path = model_dir / "model.safetensors"
+    tensors = load_file(st_path)
+    for name, (q, scale) in stored.items():
+        del tensors[name]
+        if FP8_EXPERTS.search(name):
+            base = name.rsplit(".", 1)[0]
+            for e in range(q.shape[0]):
+                if name.endswith("gate_up_proj"):
+                    half = q.shape[1] // 2
+                    parts = {"gate_proj": slice(0, half), "up_proj": slice(half, None)}
+                else:
+                    parts = {"down_proj": slice(None)}
+                for part, rows in parts.items():
+                    tensors[f"{base}.{e}.{part}.weight"] = q[e][rows].contiguous()
+                    tensors[f"{base}.{e}.{part}.weight_scale"] = scale[e][rows].contiguous()
+        else:
+            tensors[name] = q.contiguous()
+            tensors[name + "_scale"] = scale.contiguous()
+    save_file(tensors, st_path, metadata={"format": "pt"})
+    cfg_path = model_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+            "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}}},
+        "ignore": ["lm_head", "re:.*embed.*", "re:.*router.*", "re:.*norm.*"],
+    }
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
 def released_style(model_dir, text_cfg, shared_layers):
     """Rewrites a saved multimodal checkpoint into the shape of Google's released files."""
     cfg_path = model_dir / "config.json"
@@ -175,6 +239,7 @@ def build(name, overrides, opts, out_root, seed):
     torch.manual_seed(seed)
     model = Gemma4ForCausalLM(config).eval()
     fill_weights(model, seed)
+    fp8 = fp8_quantize_in_place(model) if opts.get("fp8") else None
     if opts["storage"] == "bfloat16":
         # The reference runs in f32 on exactly the values that are stored.
         with torch.no_grad():
@@ -210,6 +275,8 @@ def build(name, overrides, opts, out_root, seed):
         cfg = json.loads(cfg_path.read_text())
         cfg.pop("layer_types")
         cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    if fp8:
+        fp8_checkpoint(model_dir, fp8)
     if opts.get("released_style"):
         shared = range(text_cfg["num_hidden_layers"] - text_cfg.get("num_kv_shared_layers", 0),
                        text_cfg["num_hidden_layers"])

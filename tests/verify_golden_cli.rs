@@ -134,6 +134,24 @@ fn json_report_parses_and_counts_cases() {
     assert_eq!(case["matched"], case["total"]);
 }
 
+#[test]
+fn an_fp8_weight_without_its_scale_is_named() {
+    let (_dir, golden) = copy_golden("fp8-moe");
+    let file = golden.join("model/model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    tensors
+        .remove("model.layers.1.mlp.up_proj.weight_scale")
+        .unwrap();
+    candle_core::safetensors::save(&tensors, &file).unwrap();
+    let out = g4(&["verify-golden", golden.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FP8 tensor model.layers.1.mlp.up_proj.weight has no model.layers.1.mlp.up_proj.weight_scale"),
+        "{stdout}"
+    );
+}
+
 /// Each broken checkpoint gives one FAIL line that names what is wrong, and exit 1.
 #[test]
 fn broken_checkpoints_fail_with_the_file_and_tensor_named() {

@@ -136,6 +136,10 @@ impl Config {
         };
         let fields = Fields(text);
         check_model_type(text)?;
+        check_quantization(
+            root.get("quantization_config")
+                .or_else(|| text.get("quantization_config")),
+        )?;
 
         let hidden_size = fields.usize_or("hidden_size", 2304)?;
         let num_layers = fields.usize_or("num_hidden_layers", 30)?;
@@ -270,6 +274,21 @@ impl Config {
             LayerKind::Sliding => &self.rope_sliding,
             LayerKind::Full => &self.rope_full,
         }
+    }
+}
+
+/// g4 reads compressed-tensors FP8 (e4m3 weights with per-row scales); other schemes would load
+/// as garbage, so they are refused by name.
+fn check_quantization(config: Option<&Value>) -> Result<()> {
+    let Some(config) = config.filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    match config.get("quant_method").and_then(Value::as_str) {
+        Some("compressed-tensors") => Ok(()),
+        Some(other) => bail!(
+            "quantization_config.quant_method '{other}' is not supported (g4 reads compressed-tensors FP8 checkpoints)"
+        ),
+        None => bail!("quantization_config has no quant_method"),
     }
 }
 
@@ -789,6 +808,10 @@ mod tests {
             (
                 json!({"use_bidirectional_attention": "all"}),
                 "use_bidirectional_attention",
+            ),
+            (
+                json!({"quantization_config": {"quant_method": "gptq"}}),
+                "quant_method 'gptq' is not supported",
             ),
         ] {
             let err = error(text(bad.clone()));

@@ -352,11 +352,14 @@ impl DecoderLayer {
                 router_proj: ckpt.tensor(&p("router.proj.weight"), &[m.num_experts, h])?,
                 router_scale: ckpt.tensor(&p("router.scale"), &[h])?,
                 per_expert_scale: ckpt.tensor(&p("router.per_expert_scale"), &[m.num_experts])?,
-                gate_up: ckpt.tensor(
-                    &p("experts.gate_up_proj"),
-                    &[m.num_experts, 2 * m.expert_width, h],
+                gate_up: expert_tensor(
+                    ckpt,
+                    i,
+                    m.num_experts,
+                    "gate_up_proj",
+                    &[2 * m.expert_width, h],
                 )?,
-                down: ckpt.tensor(&p("experts.down_proj"), &[m.num_experts, h, m.expert_width])?,
+                down: expert_tensor(ckpt, i, m.num_experts, "down_proj", &[h, m.expert_width])?,
                 pre_norm_2: norm("pre_feedforward_layernorm_2.weight")?,
                 post_norm_1: norm("post_feedforward_layernorm_1.weight")?,
                 post_norm_2: norm("post_feedforward_layernorm_2.weight")?,
@@ -460,6 +463,45 @@ impl DecoderLayer {
         }
         Ok(x.broadcast_mul(&self.layer_scalar)?)
     }
+}
+
+/// `experts.{name}` as one `[E, ..]` tensor: stored that way by transformers, or exploded per
+/// expert (`experts.{e}.gate_proj` / `up_proj` / `down_proj`, as FP8 repacks store them).
+fn expert_tensor(
+    ckpt: &Checkpoint,
+    layer: usize,
+    experts: usize,
+    name: &str,
+    per_expert: &[usize],
+) -> Result<Tensor> {
+    let packed = format!("layers.{layer}.experts.{name}");
+    if ckpt.contains(&packed)
+        || !ckpt.contains(&format!("layers.{layer}.experts.0.down_proj.weight"))
+    {
+        let mut shape = vec![experts];
+        shape.extend_from_slice(per_expert);
+        return ckpt.tensor(&packed, &shape);
+    }
+    let one = |e: usize, part: &str, rows: usize| {
+        ckpt.tensor(
+            &format!("layers.{layer}.experts.{e}.{part}.weight"),
+            &[rows, per_expert[1]],
+        )
+    };
+    let per_expert_tensors = (0..experts)
+        .map(|e| -> Result<Tensor> {
+            if name == "gate_up_proj" {
+                let half = per_expert[0] / 2;
+                Ok(Tensor::cat(
+                    &[one(e, "gate_proj", half)?, one(e, "up_proj", half)?],
+                    0,
+                )?)
+            } else {
+                one(e, "down_proj", per_expert[0])
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tensor::stack(&per_expert_tensors, 0)?)
 }
 
 impl Moe {

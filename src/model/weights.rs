@@ -184,21 +184,60 @@ impl Checkpoint {
         let stored = source.load(full_name).map_err(|e| {
             anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
         })?;
-        if !matches!(stored.dtype(), DType::F32 | DType::BF16 | DType::F16) {
-            bail!(
-                "{}: tensor {full_name} is stored as {:?}; g4 loads f32, bf16 and f16 weights",
-                path.display(),
-                stored.dtype()
-            );
-        }
         if let Some(bar) = &self.progress {
             bar.inc((stored.elem_count() * stored.dtype().size_in_bytes()) as u64);
         }
-        stored
-            .to_dtype(self.dtype)
-            .and_then(|t| t.to_device(&self.device))
-            .map_err(|e| {
+        let moved = |t: Tensor| {
+            t.to_device(&self.device).map_err(|e| {
                 anyhow::anyhow!("tensor {full_name}: cannot move to {:?}: {e}", self.device)
+            })
+        };
+        match stored.dtype() {
+            DType::F32 | DType::BF16 | DType::F16 => moved(stored)?
+                .to_dtype(self.dtype)
+                .map_err(|e| anyhow::anyhow!("tensor {full_name}: {e}")),
+            // compressed-tensors FP8: e4m3 weights with one f32 scale per output row, dequantised
+            // once here (on the device, through the registry) into the compute dtype.
+            DType::F8E4M3 => {
+                let scale_name = format!("{full_name}_scale");
+                if !self.location.contains_key(&scale_name) {
+                    bail!("{}: FP8 tensor {full_name} has no {scale_name}", path.display());
+                }
+                let rows = shape.first().copied().unwrap_or(1);
+                let scale = self.raw_f32(&scale_name)?;
+                if scale.elem_count() != rows {
+                    bail!(
+                        "{}: {scale_name} has {} values, expected one per row of {full_name} ({rows})",
+                        path.display(),
+                        scale.elem_count()
+                    );
+                }
+                let weight = moved(stored)?.reshape((rows, ()))?;
+                let scale = moved(scale)?;
+                let dense = crate::kernels::dequant_fp8_channel::dequant_fp8_channel(
+                    &weight, &scale, self.dtype,
+                )?;
+                Ok(dense.reshape(shape)?)
+            }
+            other => bail!(
+                "{}: tensor {full_name} is stored as {other:?}; g4 loads f32, bf16, f16 and FP8 (e4m3) weights",
+                path.display()
+            ),
+        }
+    }
+
+    /// A small f32 tensor (a quantisation scale), on the host.
+    fn raw_f32(&self, full_name: &str) -> Result<Tensor> {
+        let &file = self
+            .location
+            .get(full_name)
+            .context("scale listed but not found")?;
+        let (path, source) = &self.files[file];
+        source
+            .load(full_name)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .map_err(|e| {
+                anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
             })
     }
 }
