@@ -74,8 +74,21 @@ pub fn compute_capability(device: &Device) -> Option<(u32, u32)> {
     }
 }
 
+/// Queried once per device: the registry asks on every op dispatch of the decode path.
 #[cfg(feature = "cuda")]
 fn cuda_compute_capability(ordinal: usize) -> Option<(u32, u32)> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static KNOWN: OnceLock<Mutex<HashMap<usize, Option<(u32, u32)>>>> = OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    let mut known = known.lock().expect("capability cache lock");
+    *known
+        .entry(ordinal)
+        .or_insert_with(|| query_compute_capability(ordinal))
+}
+
+#[cfg(feature = "cuda")]
+fn query_compute_capability(ordinal: usize) -> Option<(u32, u32)> {
     use candle_core::cuda::cudarc::driver::{result, sys::CUdevice_attribute};
     result::init().ok()?;
     let dev = result::device::get(ordinal as i32).ok()?;

@@ -244,12 +244,13 @@ pub fn native_status(
     device: &Device,
     dtype: DType,
 ) -> Result<(), Unavailable> {
-    let kernels: Vec<&NativeKernel> = op
+    // Runs on every op dispatch: iterate the static table, allocate nothing.
+    let mut kernels = op
         .native_kernels()
         .iter()
         .filter(|k| k.backend == backend)
-        .collect();
-    if kernels.is_empty() {
+        .peekable();
+    if kernels.peek().is_none() {
         let detail = match backend {
             Backend::Hip => "candle has no ROCm backend to launch a HIP kernel on".to_string(),
             _ => format!("no {} kernel is written for this op", backend.name()),
@@ -267,7 +268,7 @@ pub fn native_status(
     if !backend.drives(device) {
         return Err(Unavailable::NoDevice);
     }
-    let Some(kernel) = kernels.iter().find(|k| k.dtypes.contains(&dtype)) else {
+    let Some(kernel) = kernels.find(|k| k.dtypes.contains(&dtype)) else {
         return Err(Unavailable::NoKernel {
             detail: format!("the {} kernel has no {dtype:?} variant", backend.name()),
         });
