@@ -106,7 +106,7 @@ mod imp {
     }
 
     /// Kernels resolved once per (device, name): a decode step launches hundreds of them, and a
-    /// driver symbol lookup plus a capability query per launch is measurable host time.
+    /// driver symbol lookup per launch is measurable host time.
     fn function(
         dev: &candle_core::CudaDevice,
         device: &Device,
@@ -204,23 +204,25 @@ mod imp {
             let dev = cuda_device(a.device())?;
             let (m, k) = a.dims2()?;
             let n = b.dim(0)?;
-            let view =
-                |t: &Tensor| -> Result<candle_core::cuda::cudarc::driver::CudaView<'static, T>> {
-                    let (storage, layout) = t.storage_and_layout();
-                    let Storage::Cuda(cuda) = &*storage else {
-                        candle_core::bail!("tensor is not on a CUDA device")
-                    };
-                    let slice = cuda.as_cuda_slice::<T>()?;
-                    let offset = layout.start_offset();
-                    // SAFETY: the view outlives neither the tensor (held by the caller for the whole
-                    // call) nor the stream-ordered work that reads it.
-                    Ok(
-                        unsafe {
-                            std::mem::transmute(slice.slice(offset..offset + t.elem_count()))
-                        },
-                    )
+            fn view<'g, T: CudaDType>(
+                storage: &'g Storage,
+                t: &Tensor,
+            ) -> Result<candle_core::cuda::cudarc::driver::CudaView<'g, T>> {
+                let Storage::Cuda(cuda) = storage else {
+                    candle_core::bail!("tensor is not on a CUDA device")
                 };
-            let (av, bv, cv) = (view(a)?, view(b)?, view(c)?);
+                let offset = t.layout().start_offset();
+                Ok(cuda
+                    .as_cuda_slice::<T>()?
+                    .slice(offset..offset + t.elem_count()))
+            }
+            // The storage guards live to the end of the call, and so do the views borrowed from them.
+            let (sa, sb, sc) = (
+                a.storage_and_layout().0,
+                b.storage_and_layout().0,
+                c.storage_and_layout().0,
+            );
+            let (av, bv, cv) = (view::<T>(&sa, a)?, view::<T>(&sb, b)?, view::<T>(&sc, c)?);
             let stream = dev.cuda_stream();
             let mut out = stream.clone_dtod(&cv).w()?;
             // Row-major C = A·Bᵀ is column-major Cᵀ = B·Aᵀ: B transposed, A as is.
