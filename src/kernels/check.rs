@@ -716,9 +716,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 let mask: Vec<f64> = (0..s)
                     .flat_map(|i| {
                         (0..t).map(move |j| {
-                            let q = first_query + i;
-                            let visible = j <= q && window.is_none_or(|w| q - j < w);
-                            if visible {
+                            if crate::model::kv_cache::visible(first_query + i, j, window) {
                                 0.0
                             } else {
                                 f64::NEG_INFINITY

@@ -228,13 +228,10 @@ impl Gemma4 {
                         layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
                     let attend = cache.append(i, &k, &v)?;
                     if masks[slot].is_none() {
-                        masks[slot] = Some(attention_mask(
-                            start,
-                            seq,
-                            &attend.key_positions,
-                            window,
-                            &self.device,
-                        )?);
+                        masks[slot] = Some(match &attend.key_positions {
+                            Some(keys) => attention_mask(start, seq, keys, window, &self.device)?,
+                            None => None,
+                        });
                     }
                     published[i] = Some((attend.k.clone(), attend.v.clone()));
                     (q, attend.k, attend.v)

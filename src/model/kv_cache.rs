@@ -6,12 +6,13 @@
 use super::config::{Config, KvSource, LayerKind};
 use candle_core::{DType, Device, Result, Tensor};
 
-/// What one layer attends with: keys and values `[B, kv_heads, T, D]` and the absolute
-/// position of each of the T keys.
+/// What one layer attends with: keys and values `[B, kv_heads, T, D]` and, for a chunk of
+/// several tokens, the absolute position of each of the T keys (to build its mask). A single
+/// appended token needs none: every key returned for it is visible to it by construction.
 pub struct AttendKv {
     pub k: Tensor,
     pub v: Tensor,
-    pub key_positions: Vec<usize>,
+    pub key_positions: Option<Vec<usize>>,
 }
 
 enum LayerCache {
@@ -114,7 +115,7 @@ impl FullCache {
         Ok(AttendKv {
             k: kb.narrow(2, 0, needed)?,
             v: vb.narrow(2, 0, needed)?,
-            key_positions: (0..needed).collect(),
+            key_positions: (new > 1).then(|| (0..needed).collect()),
         })
     }
 }
@@ -146,10 +147,7 @@ impl RingCache {
             AttendKv {
                 k: kb.narrow(2, 0, count)?,
                 v: vb.narrow(2, 0, count)?,
-                key_positions: self.slots[..count]
-                    .iter()
-                    .map(|p| p.expect("filled slot"))
-                    .collect(),
+                key_positions: None,
             }
         } else {
             // Prefill: attend over what the ring holds plus the whole chunk, then keep the
@@ -163,7 +161,7 @@ impl RingCache {
             let attend = AttendKv {
                 k: Tensor::cat(&[&kb.narrow(2, 0, filled)?, k], 2)?,
                 v: Tensor::cat(&[&vb.narrow(2, 0, filled)?, v], 2)?,
-                key_positions,
+                key_positions: Some(key_positions),
             };
             let keep = new.min(self.window);
             let skip = new - keep;
@@ -203,6 +201,12 @@ impl RingCache {
     }
 }
 
+/// Gemma-4's attention rule: a query sees itself and earlier keys, and in sliding layers only the
+/// last `window` positions including itself (strict `q − k < W`).
+pub fn visible(query: usize, key: usize, window: Option<usize>) -> bool {
+    key <= query && window.is_none_or(|w| query - key < w)
+}
+
 /// The additive mask `[S, T]` for queries at `first_query ..` over `key_positions`, or `None`
 /// when every key is visible to every query.
 pub fn attention_mask(
@@ -212,11 +216,10 @@ pub fn attention_mask(
     window: Option<usize>,
     device: &Device,
 ) -> Result<Option<Tensor>> {
-    let visible = |q: usize, k: usize| k <= q && window.is_none_or(|w| q - k < w);
     let data: Vec<f32> = (first_query..first_query + queries)
         .flat_map(|q| {
             key_positions.iter().map(move |&k| {
-                if visible(q, k) {
+                if visible(q, k, window) {
                     0.0
                 } else {
                     f32::NEG_INFINITY
