@@ -25,6 +25,55 @@ pub struct Gemma4 {
     layers: Vec<DecoderLayer>,
     final_norm: Tensor,
     lm_head: Tensor,
+    rope_sliding: RopeTable,
+    rope_full: RopeTable,
+}
+
+/// cos/sin rows of one layer kind's RoPE, computed in f32 on the host as the reference does and
+/// kept on the device: a decode step narrows to its row instead of computing and uploading it.
+struct RopeTable {
+    inv_freq: Vec<f32>,
+    max_positions: usize,
+    device: Device,
+    /// `(cos, sin)`, each `[positions, D/2]`, grown geometrically.
+    rows: std::sync::Mutex<Option<(Tensor, Tensor)>>,
+}
+
+impl RopeTable {
+    fn new(inv_freq: Vec<f32>, max_positions: usize, device: &Device) -> RopeTable {
+        RopeTable {
+            inv_freq,
+            max_positions,
+            device: device.clone(),
+            rows: Default::default(),
+        }
+    }
+
+    /// cos/sin `[seq, D/2]` for positions `start .. start + seq`.
+    fn rows(&self, start: usize, seq: usize) -> Result<(Tensor, Tensor)> {
+        let mut rows = self.rows.lock().expect("rope table lock");
+        let have = rows.as_ref().map_or(0, |(cos, _)| cos.dim(0).unwrap_or(0));
+        if start + seq > have {
+            let positions = (start + seq)
+                .next_power_of_two()
+                .max(256)
+                .min(self.max_positions.max(start + seq));
+            let half = self.inv_freq.len();
+            let angles: Vec<f32> = (0..positions)
+                .flat_map(|pos| self.inv_freq.iter().map(move |&f| pos as f32 * f))
+                .collect();
+            let table = |f: fn(f32) -> f32| {
+                Tensor::from_vec(
+                    angles.iter().map(|&a| f(a)).collect(),
+                    (positions, half),
+                    &self.device,
+                )
+            };
+            *rows = Some((table(f32::cos)?, table(f32::sin)?));
+        }
+        let (cos, sin) = rows.as_ref().expect("filled above");
+        Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?))
+    }
 }
 
 struct PerLayerEmbeddings {
@@ -149,6 +198,8 @@ impl Gemma4 {
         };
         Ok(Gemma4 {
             embed_scale: round_to(dtype, (h as f64).sqrt()),
+            rope_sliding: rope_table(&config, &layers, LayerKind::Sliding, embed_tokens.device()),
+            rope_full: rope_table(&config, &layers, LayerKind::Full, embed_tokens.device()),
             final_norm: ckpt.tensor("norm.weight", &[h])?,
             device: embed_tokens.device().clone(),
             dtype,
@@ -204,10 +255,8 @@ impl Gemma4 {
             .map(|ple| ple.inputs(ids, &x, &self.config))
             .transpose()?;
 
-        let rope =
-            |kind: LayerKind| -> Result<(Tensor, Tensor)> { self.rope_tables(kind, start, seq) };
-        let rope_sliding = rope(LayerKind::Sliding)?;
-        let rope_full = rope(LayerKind::Full)?;
+        let rope_sliding = self.rope_sliding.rows(start, seq)?;
+        let rope_full = self.rope_full.rows(start, seq)?;
         let mut masks: [Option<Option<Tensor>>; 2] = [None, None];
         // K/V published by each producer layer for its consumers, in this same call.
         let mut published: Vec<Option<(Tensor, Tensor)>> = vec![None; self.layers.len()];
@@ -265,30 +314,24 @@ impl Gemma4 {
         };
         Ok(logits.flatten_all()?.to_dtype(DType::F32)?)
     }
+}
 
-    /// cos/sin `[S, D/2]` for positions `start .. start + seq`, computed in f32 on the host.
-    fn rope_tables(&self, kind: LayerKind, start: usize, seq: usize) -> Result<(Tensor, Tensor)> {
-        let head_dim = self
-            .layers
-            .iter()
-            .find(|l| l.spec.kind == kind)
-            .map_or(2, |l| l.spec.head_dim);
-        let inv = self.config.rope(kind).inv_freq(head_dim);
-        let half = inv.len();
-        let mut cos = Vec::with_capacity(seq * half);
-        let mut sin = Vec::with_capacity(seq * half);
-        for pos in start..start + seq {
-            for &f in &inv {
-                let angle = pos as f32 * f;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
-            }
-        }
-        Ok((
-            Tensor::from_vec(cos, (seq, half), &self.device)?,
-            Tensor::from_vec(sin, (seq, half), &self.device)?,
-        ))
-    }
+fn rope_table(
+    config: &Config,
+    layers: &[DecoderLayer],
+    kind: LayerKind,
+    device: &Device,
+) -> RopeTable {
+    // Both kinds' tables exist; a kind without layers never reads its table.
+    let head_dim = layers
+        .iter()
+        .find(|l| l.spec.kind == kind)
+        .map_or(2, |l| l.spec.head_dim);
+    RopeTable::new(
+        config.rope(kind).inv_freq(head_dim),
+        config.max_position_embeddings,
+        device,
+    )
 }
 
 impl PerLayerEmbeddings {
