@@ -559,18 +559,16 @@ impl Moe {
         let inputs = rms_norm(&flat, Some(&self.pre_norm_2), eps)?;
 
         let mut acc = moe_zero(seq, hidden, residual.device())?;
-        let num_experts = self.gate_up.dim(0)?;
-        for expert in 0..num_experts {
-            let mut tokens = Vec::new();
-            let mut token_weights = Vec::new();
-            for (token, (ids, ws)) in experts.iter().zip(&weights).enumerate() {
-                for (&id, &w) in ids.iter().zip(ws) {
-                    if id as usize == expert {
-                        tokens.push(token as u32);
-                        token_weights.push(w);
-                    }
-                }
+        // One pass over the routing: each expert's tokens and weights, in token order.
+        let mut assigned = vec![(Vec::new(), Vec::new()); self.gate_up.dim(0)?];
+        for (token, (ids, ws)) in experts.iter().zip(&weights).enumerate() {
+            for (&id, &w) in ids.iter().zip(ws) {
+                let (tokens, token_weights) = &mut assigned[id as usize];
+                tokens.push(token as u32);
+                token_weights.push(w);
             }
+        }
+        for (expert, (tokens, token_weights)) in assigned.into_iter().enumerate() {
             if tokens.is_empty() {
                 continue;
             }
