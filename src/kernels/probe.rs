@@ -33,23 +33,15 @@ pub struct ArmReport {
 pub struct OpReport {
     pub op: &'static str,
     pub selected_arm: String,
+    /// Every dtype's selected arm passed its check in that dtype.
+    pub selected_ok: bool,
     pub arms: Vec<ArmReport>,
 }
 
 impl OpReport {
     /// The selected arm passed its check and the op has an arm that runs here.
     pub fn ok(&self) -> bool {
-        let available = self.arms.iter().any(|a| a.status == "available");
-        let selected_ok = self
-            .arms
-            .iter()
-            .filter(|a| {
-                self.selected_arm
-                    .split(", ")
-                    .any(|s| s.starts_with(&a.backend))
-            })
-            .all(|a| a.check.as_ref().is_some_and(|c| c.ok));
-        available && selected_ok
+        self.selected_ok && self.arms.iter().any(|a| a.status == "available")
     }
 }
 
@@ -113,9 +105,19 @@ pub fn probe(op: Op, device: &Device, options: &ProbeOptions) -> Result<OpReport
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let selected_ok = dtypes.iter().all(|&dtype| {
+        let arm = arm_for(op, device, dtype).name();
+        let dtype = crate::device::dtype_name(dtype);
+        arms.iter()
+            .filter(|a| a.backend == arm)
+            .filter_map(|a| a.check.as_ref())
+            .flat_map(|c| &c.by_dtype)
+            .any(|c| c.dtype == dtype && c.ok)
+    });
     Ok(OpReport {
         op: op.name(),
         selected_arm,
+        selected_ok,
         arms,
     })
 }
