@@ -252,7 +252,7 @@ impl Gemma4 {
         let ple = self
             .ple
             .as_ref()
-            .map(|ple| ple.inputs(ids, &x, &self.config))
+            .map(|ple| ple.inputs(ids, &ids_t, &x, &self.config))
             .transpose()?;
 
         let rope_sliding = self.rope_sliding.rows(start, seq)?;
@@ -336,21 +336,26 @@ fn rope_table(
 
 impl PerLayerEmbeddings {
     /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2).
-    fn inputs(&self, ids: &[u32], x0: &Tensor, config: &Config) -> Result<Tensor> {
+    /// `ids_t` is `ids` already on the device; it is reused unless some id needs remapping.
+    fn inputs(&self, ids: &[u32], ids_t: &Tensor, x0: &Tensor, config: &Config) -> Result<Tensor> {
         let layers = config.num_layers();
         let seq = ids.len();
         // Ids past the PLE vocabulary (multimodal placeholders) read the pad row.
-        let ple_ids: Vec<u32> = ids
-            .iter()
-            .map(|&id| {
-                if (id as usize) < self.vocab_size {
-                    id
-                } else {
-                    config.pad_token_id
-                }
-            })
-            .collect();
-        let ple_ids = Tensor::new(ple_ids.as_slice(), x0.device())?;
+        let ple_ids = if ids.iter().all(|&id| (id as usize) < self.vocab_size) {
+            ids_t.clone()
+        } else {
+            let remapped: Vec<u32> = ids
+                .iter()
+                .map(|&id| {
+                    if (id as usize) < self.vocab_size {
+                        id
+                    } else {
+                        config.pad_token_id
+                    }
+                })
+                .collect();
+            Tensor::new(remapped.as_slice(), x0.device())?
+        };
         let token_part = (self.table.index_select(&ple_ids, 0)? * self.table_scale)?
             .reshape((1, seq, layers, self.width))?;
         let context = (linear(x0, &self.model_projection)?
