@@ -17,16 +17,21 @@ if [[ " $STEPS " == *" probe "* ]]; then
   $G4 probe-ops --device cuda --json > "$OUT/probe.json"; echo "probe-ops exit $?"
 fi
 if [[ " $STEPS " == *" goldens "* ]]; then
-  echo "== verify-golden --device cuda (f32, token-exact)"
+  echo "== verify-golden --device cuda (f32, token-exact; graph decode where the model allows)"
   $G4 verify-golden --device cuda | tee "$OUT/goldens-f32.txt"
+  echo "== verify-golden --device cuda --decode eager (f32, token-exact)"
+  $G4 verify-golden --device cuda --decode eager | tee "$OUT/goldens-f32-eager.txt"
   echo "== verify-golden --device cuda --dtype bf16 (top-1 agreement)"
   $G4 verify-golden --device cuda --dtype bf16 | tee "$OUT/goldens-bf16.txt"
 fi
-if [[ " $STEPS " == *" bench "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
   E4B=/tmp/g4-e4b
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
   echo "== g4 bench E4B bf16"
-  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 -r 3 --json | tee "$OUT/bench-g4.json"
+  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 --decode eager,graph -r 3 --json | tee "$OUT/bench-g4.json"
+  python3 -c "import json,sys; [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in json.load(open(sys.argv[1]))['results']]" "$OUT/bench-g4.json"
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
   timeout 420 python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"

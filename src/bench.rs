@@ -2,7 +2,8 @@
 //! over N tokens) and token generation (`tgN`: N greedy decode steps after a one-token prompt),
 //! repeated, on the device, with the device synchronised around each timed region.
 
-use crate::model::{gemma4::argmax, Gemma4, KvCache};
+use crate::model::session::{DecodePath, Session};
+use crate::model::{gemma4::argmax, Gemma4};
 use anyhow::Result;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
@@ -45,7 +46,13 @@ pub struct Measurement {
 }
 
 /// Runs `test` `repetitions` times after one untimed warm-up run.
-pub fn measure(model: &Gemma4, test: Test, repetitions: usize, seed: u64) -> Result<Measurement> {
+pub fn measure(
+    model: &Gemma4,
+    test: Test,
+    decode: DecodePath,
+    repetitions: usize,
+    seed: u64,
+) -> Result<Measurement> {
     let mut rng = StdRng::seed_from_u64(seed);
     let vocab = model.config().vocab_size as u32;
     let mut samples = Vec::with_capacity(repetitions);
@@ -53,22 +60,20 @@ pub fn measure(model: &Gemma4, test: Test, repetitions: usize, seed: u64) -> Res
         let seconds = match test {
             Test::Prompt(n) => {
                 let ids: Vec<u32> = (0..n).map(|_| rng.random_range(3..vocab)).collect();
-                let mut cache = KvCache::new(model.config());
+                let mut session = Session::new(model, decode);
                 model.device().synchronize()?;
                 let started = Instant::now();
-                let logits = model.forward(&ids, &mut cache)?;
-                argmax(&logits)?;
+                argmax(session.prefill(&ids)?)?;
                 started.elapsed().as_secs_f64()
             }
             Test::Generate(n) => {
-                let mut cache = KvCache::new(model.config());
-                let mut logits = model.forward(&[model.config().bos_token_id], &mut cache)?;
+                let mut session = Session::new(model, decode);
+                let mut next = argmax(session.prefill(&[model.config().bos_token_id])?)?;
                 model.device().synchronize()?;
                 let started = Instant::now();
                 for _ in 0..n {
                     // The argmax stays on the device; only the chosen id comes back.
-                    let next = argmax(&logits)?;
-                    logits = model.forward(&[next], &mut cache)?;
+                    next = argmax(session.decode(next)?)?;
                 }
                 model.device().synchronize()?;
                 started.elapsed().as_secs_f64()

@@ -1,7 +1,8 @@
 //! Golden files (`g4-golden/1`) made by the reference implementation, and the token-exact
 //! check of g4 against them.
 
-use crate::model::{Gemma4, KvCache};
+use crate::model::session::{DecodePath, Session};
+use crate::model::Gemma4;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -167,14 +168,20 @@ impl CaseResult {
 /// exercises attention after a non-empty cache), then decodes with the KV cache, feeding the
 /// reference's tokens. Until the first mismatch that is exactly free-running greedy decoding;
 /// after it, each step still measures top-1 agreement.
-pub fn run_case(model: &Gemma4, case: &Case, prefill_chunk: Option<usize>) -> Result<CaseResult> {
-    let mut cache = KvCache::new(model.config());
+pub fn run_case(
+    model: &Gemma4,
+    case: &Case,
+    prefill_chunk: Option<usize>,
+    decode: DecodePath,
+) -> Result<CaseResult> {
+    let mut session = Session::new(model, decode);
     let chunk = prefill_chunk.unwrap_or(case.prompt_ids.len()).max(1);
-    let mut logits = None;
-    for part in case.prompt_ids.chunks(chunk) {
-        logits = Some(model.forward(part, &mut cache)?);
+    let parts: Vec<&[u32]> = case.prompt_ids.chunks(chunk).collect();
+    let (last, first) = parts.split_last().context("empty prompt")?;
+    for part in first {
+        session.prefill(part)?;
     }
-    let mut logits = logits.context("empty prompt")?;
+    let mut logits = session.prefill(last)?;
     let mut result = CaseResult {
         name: case.name.clone(),
         total: case.expected_ids.len(),
@@ -184,7 +191,7 @@ pub fn run_case(model: &Gemma4, case: &Case, prefill_chunk: Option<usize>) -> Re
         generated_ids: Vec::new(),
     };
     for (step, &expected) in case.expected_ids.iter().enumerate() {
-        let got = crate::model::gemma4::argmax(&logits)?;
+        let got = crate::model::gemma4::argmax(logits)?;
         if result.divergence.is_none() {
             result.generated_ids.push(got);
         }
@@ -194,10 +201,10 @@ pub fn run_case(model: &Gemma4, case: &Case, prefill_chunk: Option<usize>) -> Re
                 result.matched += 1;
             }
         } else if result.divergence.is_none() {
-            result.divergence = Some(diagnose(&logits, step, got, expected, case)?);
+            result.divergence = Some(diagnose(logits, step, got, expected, case)?);
         }
         if step + 1 < case.expected_ids.len() {
-            logits = model.forward(&[expected], &mut cache)?;
+            logits = session.decode(expected)?;
         }
     }
     Ok(result)

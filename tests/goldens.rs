@@ -3,6 +3,7 @@
 
 use candle_core::{DType, Device};
 use g4::golden::{self, GoldenFile};
+use g4::model::session::DecodePath;
 use g4::model::Gemma4;
 use std::path::{Path, PathBuf};
 
@@ -24,16 +25,27 @@ fn load(path: &Path, dtype: DType) -> (GoldenFile, Gemma4) {
     (golden, model)
 }
 
+/// Graph decode steps (device-held positions, whole-buffer masks) are checked wherever the model
+/// allows them; on CPU they run uncaptured, which proves their arithmetic.
 #[test]
 fn every_golden_is_token_exact_in_f32() {
+    let mut graph_checked = 0;
     for path in committed_goldens() {
         let (golden, model) = load(&path, DType::F32);
+        let mut paths = vec![DecodePath::Eager];
+        if model.supports_device_step() {
+            paths.push(DecodePath::Graph);
+            graph_checked += 1;
+        }
         for case in &golden.cases {
-            for chunk in [None, Some(3), Some(8)] {
-                let result = golden::run_case(&model, case, chunk).unwrap();
+            for (chunk, &decode) in [None, Some(3), Some(8)]
+                .into_iter()
+                .flat_map(|c| paths.iter().map(move |p| (c, p)))
+            {
+                let result = golden::run_case(&model, case, chunk, decode).unwrap();
                 assert!(
                     result.token_exact(),
-                    "{} / {} (prefill chunk {chunk:?}): {}/{} then {:?}",
+                    "{} / {} (prefill chunk {chunk:?}, {decode:?} decode): {}/{} then {:?}",
                     path.display(),
                     case.name,
                     result.matched,
@@ -43,6 +55,10 @@ fn every_golden_is_token_exact_in_f32() {
             }
         }
     }
+    assert!(
+        graph_checked >= 3,
+        "only {graph_checked} goldens exercised graph decode"
+    );
 }
 
 /// bf16 is not expected to be token-exact against an f32 reference on random tiny models, whose
@@ -54,7 +70,7 @@ fn bf16_top1_agreement_is_reported_and_stays_high() {
     for path in committed_goldens() {
         let (golden, model) = load(&path, DType::BF16);
         for case in &golden.cases {
-            let result = golden::run_case(&model, case, None).unwrap();
+            let result = golden::run_case(&model, case, None, DecodePath::Eager).unwrap();
             eprintln!(
                 "bf16 {} / {}: top-1 agreement {}/{}, greedy matches {} steps",
                 path.parent()

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use g4::bench::{measure, Test};
 use g4::device::{device_name, dtype_name};
+use g4::model::session::DecodePath;
 use g4::model::Gemma4;
 use serde_json::json;
 use std::process::ExitCode;
@@ -16,6 +17,9 @@ pub struct Args {
     /// Tests to run, e.g. pp512 tg128 (comma-separated or repeated).
     #[arg(long, value_delimiter = ',', default_values_t = ["pp512".to_string(), "tg128".to_string()])]
     tests: Vec<String>,
+    /// Decode paths to measure side by side, e.g. eager,graph (auto, eager, graph).
+    #[arg(long, value_delimiter = ',', default_values_t = ["auto".to_string()])]
+    decode: Vec<String>,
     /// Timed repetitions per test (after one warm-up run).
     #[arg(long, short = 'r', default_value_t = 5)]
     repetitions: usize,
@@ -57,9 +61,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     }
 
+    let paths = args
+        .decode
+        .iter()
+        .map(|spec| DecodePath::parse(spec, &model))
+        .collect::<Result<Vec<_>>>()?;
     let mut rows = Vec::new();
     for &test in &tests {
-        rows.push(measure(&model, test, args.repetitions, 42)?);
+        // Prompt processing does not depend on the decode path.
+        let paths = match test {
+            Test::Prompt(_) => &paths[..1],
+            Test::Generate(_) => &paths[..],
+        };
+        for &path in paths {
+            rows.push((
+                path.name(&device),
+                measure(&model, test, path, args.repetitions, 42)?,
+            ));
+        }
     }
     let memory_peak = g4::device::memory_in_use(&device);
     let mib = |b: Option<u64>| b.map(|b| b as f64 / 1048576.0);
@@ -73,15 +92,21 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "before_load": mib(memory_before), "after_load": mib(memory_weights), "after_tests": mib(memory_peak),
                 "measure": g4::device::memory_measure(&device),
             },
-            "results": rows,
+            "results": rows.iter().map(|(decode, row)| json!({
+                "decode": (!row.test.starts_with("pp")).then_some(decode), "measurement": row,
+            })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        println!("| model | device | dtype | test | t/s |");
-        println!("| --- | --- | --- | --- | ---: |");
-        for row in &rows {
+        println!("| model | device | dtype | decode | test | t/s |");
+        println!("| --- | --- | --- | --- | --- | ---: |");
+        for (decode, row) in &rows {
+            let decode = match row.test.starts_with("pp") {
+                true => "-",
+                false => decode,
+            };
             println!(
-                "| {} | {} | {} | {} | {:.2} ± {:.2} |",
+                "| {} | {} | {} | {decode} | {} | {:.2} ± {:.2} |",
                 source.name(),
                 device_name(&device),
                 dtype_name(dtype),

@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use g4::device::{device_name, dtype_name};
 use g4::model::generation::{self, Request};
 use g4::model::sampling::{Sampler, SamplingParams};
+use g4::model::session::DecodePath;
 use g4::model::tokenizer::Message;
 use g4::model::Gemma4;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -26,6 +27,8 @@ stderr; the text alone goes to stdout."
 pub struct Args {
     #[command(flatten)]
     target: super::ModelArgs,
+    #[arg(long, default_value = "auto", help = super::DECODE_HELP)]
+    decode: String,
     /// Prompt text; `-` reads it from standard input. Empty: generate from <bos> alone.
     #[arg(long, short, default_value = "")]
     prompt: String,
@@ -122,6 +125,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         max_tokens: args.max_tokens,
         eos_ids,
         stop_strings: args.stop.clone(),
+        decode: DecodePath::parse(&args.decode, &model)?,
     };
 
     let mut stdout = std::io::stdout().lock();

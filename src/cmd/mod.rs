@@ -20,6 +20,12 @@ pub struct ModelArgs {
     pub dtype: Option<String>,
 }
 
+/// `--decode`: auto (graph steps on CUDA where the model allows, eager elsewhere), eager (every
+/// step launched from the host), or graph (one device-resident step, captured as a CUDA graph and
+/// replayed on CUDA; run directly on other devices).
+pub const DECODE_HELP: &str =
+    "Decode steps: auto, eager, or graph (device-resident step, captured as a CUDA graph on CUDA)";
+
 impl ModelArgs {
     /// Opens the device and resolves the dtype and the model's source.
     pub fn resolve(

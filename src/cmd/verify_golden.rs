@@ -5,6 +5,7 @@
 use anyhow::Result;
 use g4::device::{dtype_name, open_device, parse_dtype};
 use g4::golden::{self, CaseResult, GoldenFile};
+use g4::model::session::DecodePath;
 use g4::model::Gemma4;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,8 @@ pub struct Args {
     /// Compute dtype (f32, bf16, f16); default: the reference's dtype.
     #[arg(long)]
     dtype: Option<String>,
+    #[arg(long, default_value = "auto", help = super::DECODE_HELP)]
+    decode: String,
     /// Prefill prompts in chunks of this many tokens (checks attention after a non-empty cache).
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -38,6 +41,7 @@ pub struct Args {
 enum Outcome {
     Ran {
         dtype: String,
+        decode: String,
         cases: Vec<CaseResult>,
     },
     Skipped(String),
@@ -64,7 +68,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
     for path in &files {
         let outcome = verify_file(path, &device, &args);
         match &outcome {
-            Outcome::Ran { dtype, cases } => {
+            Outcome::Ran {
+                dtype,
+                decode,
+                cases,
+            } => {
+                let setting = format!("{dtype}, {decode} decode");
                 for case in cases {
                     let ok = case_passes(case, args.min_agreement);
                     if ok {
@@ -73,7 +82,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                         failed += 1
                     }
                     if !args.json {
-                        println!("{}", case_line(path, case, ok, dtype, args.min_agreement));
+                        println!(
+                            "{}",
+                            case_line(path, case, ok, &setting, args.min_agreement)
+                        );
                     }
                 }
             }
@@ -137,13 +149,15 @@ fn verify_file(path: &Path, device: &candle_core::Device, args: &Args) -> Outcom
     let result = (|| -> Result<Outcome> {
         let dtype = parse_dtype(&dtype_spec)?;
         let model = Gemma4::load(&model_dir, device, dtype)?;
+        let decode = DecodePath::parse(&args.decode, &model)?;
         let cases = golden
             .cases
             .iter()
-            .map(|case| golden::run_case(&model, case, args.prefill_chunk))
+            .map(|case| golden::run_case(&model, case, args.prefill_chunk, decode))
             .collect::<Result<Vec<_>>>()?;
         Ok(Outcome::Ran {
             dtype: dtype_name(dtype).to_string(),
+            decode: decode.name(device).to_string(),
             cases,
         })
     })();
@@ -173,12 +187,12 @@ fn case_line(
     path: &Path,
     case: &CaseResult,
     ok: bool,
-    dtype: &str,
+    setting: &str,
     min_agreement: Option<f64>,
 ) -> String {
     let name = format!("{}/{}", golden_name(path), case.name);
     let agreement = format!(
-        "top-1 agreement {}/{} ({dtype})",
+        "top-1 agreement {}/{} ({setting})",
         case.top1_agreement, case.total
     );
     let verdict = if ok { "PASS" } else { "FAIL" };
@@ -207,10 +221,15 @@ fn case_line(
 
 fn file_json(path: &Path, outcome: &Outcome, min_agreement: Option<f64>) -> serde_json::Value {
     match outcome {
-        Outcome::Ran { dtype, cases } => json!({
+        Outcome::Ran {
+            dtype,
+            decode,
+            cases,
+        } => json!({
             "file": path.display().to_string(),
             "status": "ran",
             "dtype": dtype,
+            "decode": decode,
             "cases": cases.iter().map(|c| json!({
                 "name": c.name,
                 "status": if case_passes(c, min_agreement) { "pass" } else { "fail" },

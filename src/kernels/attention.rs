@@ -74,9 +74,15 @@ pub fn composed(
 /// and measured 2.2× slower than the GEMM path for a 512-token E4B prefill on the H200.
 const CUDA_KERNEL_MAX_QUERIES: usize = 16;
 
-/// CUDA arm: for decode and short query blocks, one block per query row with an online softmax
-/// per warp (src/kernels/cuda/attention.cu), reading K/V in place from the cache (head_dim up to
-/// 512, Gemma-4's largest); for longer blocks, the same math as cuBLAS batched GEMMs.
+/// Keys per chunk of the split-K kernel, and the blocks to aim for: a decode step has only one
+/// query row per head, so its keys are what spreads the work over the GPU's SMs.
+const KEYS_PER_CHUNK: usize = 16;
+const TARGET_BLOCKS: usize = 512;
+
+/// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
+/// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
+/// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, the same math as cuBLAS
+/// batched GEMMs.
 fn cuda_fwd(
     q: &Tensor,
     k: &Tensor,
@@ -108,13 +114,28 @@ fn cuda_fwd(
     let mask = mask
         .map(|m| m.to_dtype(DType::F32)?.contiguous())
         .transpose()?;
+    let rows = batch * heads * seq;
+    let splits = keys
+        .div_ceil(KEYS_PER_CHUNK)
+        .min(TARGET_BLOCKS.div_ceil(rows))
+        .max(1);
     let out = empty((batch, heads, seq, head_dim), q.dtype(), q.device())?;
+    let (partial_acc, partial_stats) = if splits > 1 {
+        (
+            Some(empty(rows * splits * head_dim, DType::F32, q.device())?),
+            Some(empty(rows * splits * 2, DType::F32, q.device())?),
+        )
+    } else {
+        (None, None)
+    };
     let args = [
         Arg::Tensor(&q),
         Arg::RowView(&k),
         Arg::RowView(&v),
         Arg::OptionalTensor(mask.as_ref()),
         Arg::Tensor(&out),
+        Arg::OptionalTensor(partial_acc.as_ref()),
+        Arg::OptionalTensor(partial_stats.as_ref()),
         Arg::I32(heads as i32),
         Arg::I32(kv_heads as i32),
         Arg::I32(seq as i32),
@@ -122,18 +143,34 @@ fn cuda_fwd(
         Arg::I32(head_dim as i32),
         Arg::Usize(head_stride),
         Arg::F32(scale as f32),
+        Arg::I32(splits as i32),
     ];
     // Four warps per block, whatever the warp size.
     let grid = Grid {
-        blocks: (batch * heads * seq) as u32,
+        blocks: (rows * splits) as u32,
         threads: 128,
     };
-    launch(
-        &kernel_name("attention", q.dtype())?,
-        q.device(),
-        grid,
-        &args,
-    )?;
+    let dtype = q.dtype();
+    launch(&kernel_name("attention", dtype)?, q.device(), grid, &args)?;
+    if let (Some(partial_acc), Some(partial_stats)) = (&partial_acc, &partial_stats) {
+        let args = [
+            Arg::Tensor(partial_acc),
+            Arg::Tensor(partial_stats),
+            Arg::Tensor(&out),
+            Arg::I32(head_dim as i32),
+            Arg::I32(splits as i32),
+        ];
+        let grid = Grid {
+            blocks: rows as u32,
+            threads: 128,
+        };
+        launch(
+            &kernel_name("attention_merge", dtype)?,
+            q.device(),
+            grid,
+            &args,
+        )?;
+    }
     Ok(out)
 }
 

@@ -5,7 +5,7 @@
 //! guard cells and input cells must be unchanged after the call).
 
 use super::{
-    attention, dequant_fp8_channel, dual_rms_norm_plus_res, gelu_and_mul, gelu_mul,
+    argmax, attention, dequant_fp8_channel, dual_rms_norm_plus_res, gelu_and_mul, gelu_mul, linear,
     matmul_bt_alpha_beta, matmul_bt_fp8_channel, moe_gather_rows, moe_router_topk,
     moe_weighted_scatter_add, moe_zero, rms_norm, rms_norm_plus_add, rope, softcap, Arm, Op,
 };
@@ -59,7 +59,8 @@ pub fn tolerance(op: Op, dtype: DType) -> Tolerance {
 /// The dtypes an op is checked in (its activation dtype; FP8 weights are always e4m3).
 pub fn dtypes(op: Op) -> &'static [DType] {
     match op {
-        Op::MoeZero => &[DType::F32],
+        // Logits are f32. (candle's CUDA argmax does not keep the first index on bf16 ties.)
+        Op::MoeZero | Op::Argmax => &[DType::F32],
         _ => &[DType::F32, DType::BF16, DType::F16],
     }
 }
@@ -148,6 +149,13 @@ pub fn run_arm(op: Op, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
                 c.eps,
             )?;
             vec![r, y]
+        }
+        Op::Linear => vec![linear::linear_on(arm, f(0), f(1))?],
+        Op::Argmax => {
+            // The chosen indices, and the values there (which must be the row maxima).
+            let indices = argmax::argmax_on(arm, f(0))?;
+            let values = f(0).gather(&indices.unsqueeze(1)?, 1)?;
+            vec![values, indices]
         }
         Op::MatmulBtAlphaBeta => {
             vec![matmul_bt_alpha_beta::matmul_bt_alpha_beta_on(
@@ -539,6 +547,40 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 cases.push(c.finish(format!("[{rows}, {cols}]"), expected));
             }
         }
+        Op::Argmax => {
+            // One row of logits-sized vocabulary, several short rows (ties go to the first).
+            for (rows, n) in [(1, 262_144), (3, 1000), (2, 7)] {
+                let mut c = Builder::new(device, dtype, rng);
+                let x = c.uniform(&[rows, n], -30.0, 30.0)?;
+                let indices = argmax::reference(&x, n);
+                let maxima = indices
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &i)| x[r * n + i as usize])
+                    .collect();
+                let mut case = c.finish(format!("[{rows}, {n}]"), maxima);
+                case.expected_indices = Some(indices);
+                cases.push(case);
+            }
+        }
+        Op::Linear => {
+            // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, and last
+            // (the one `--perf` times) a decode GEMV of a model's size, bound by reading W.
+            for (m, n, k) in [
+                (1, 37, 64),
+                (3, 130, 264),
+                (8, 64, 512),
+                (2, 19, 27),
+                (24, 48, 96),
+                (1, 4096, 4096),
+            ] {
+                let mut c = Builder::new(device, dtype, rng);
+                let x = c.uniform(&[m, k], -1.0, 1.0)?;
+                let w = c.uniform(&[n, k], -1.0, 1.0)?;
+                let expected = linear::reference(&x, &w, m, n, k);
+                cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
+            }
+        }
         Op::MatmulBtAlphaBeta => {
             for (m, n, k, alpha, beta) in [
                 (1, 7, 9, 1.0, 1.0),
@@ -698,21 +740,27 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
             }
         }
         Op::Attention => {
-            // (heads, kv heads, queries, keys, head dim, sliding window)
-            for (h, kvh, s, t, d, window) in [
-                (4, 4, 5, 5, 16, None),
-                (8, 2, 3, 11, 256, Some(8)),
-                (4, 1, 1, 9, 512, None),
-                (2, 1, 13, 13, 64, Some(4)),
+            // (heads, kv heads, queries, keys, head dim, sliding window, first query position);
+            // queries sit at the end of the keys unless a position is given.
+            for (h, kvh, s, t, d, window, first) in [
+                (4, 4, 5, 5, 16, None, None),
+                (8, 2, 3, 11, 256, Some(8), None),
+                (4, 1, 1, 9, 512, None, None),
+                (2, 1, 13, 13, 64, Some(4), None),
+                // Decode over many keys: the CUDA arm splits them into chunks and merges.
+                (8, 2, 1, 300, 256, None, None),
+                // A graph step's whole cache buffer: only slots up to the position are visible,
+                // so whole chunks are hidden.
+                (8, 2, 1, 256, 512, None, Some(69)),
                 // Longer than a decode block: the CUDA arm's GEMM path.
-                (4, 2, 24, 30, 128, Some(8)),
+                (4, 2, 24, 30, 128, Some(8), None),
             ] {
                 let mut c = Builder::new(device, dtype, rng);
                 let spread = (d as f64).powf(-0.25) * 1.5;
                 let q = c.uniform(&[1, h, s, d], -spread, spread)?;
                 let k = c.uniform(&[1, kvh, t, d], -spread, spread)?;
                 let v = c.uniform(&[1, kvh, t, d], -1.0, 1.0)?;
-                let first_query = t - s;
+                let first_query = first.unwrap_or(t - s);
                 let mask: Vec<f64> = (0..s)
                     .flat_map(|i| {
                         (0..t).map(move |j| {
@@ -728,8 +776,9 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
                 c.raw.push(Tensor::from_vec(mask_f32, (s, t), device)?);
                 let expected = attention::reference(&q, &k, &v, &mask, h, kvh, s, t, d, 1.0);
                 let label = format!(
-                    "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}",
-                    window.map_or(String::new(), |w| format!(" window {w}"))
+                    "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}{}",
+                    window.map_or(String::new(), |w| format!(" window {w}")),
+                    first.map_or(String::new(), |p| format!(" at position {p}"))
                 );
                 cases.push(c.finish(label, expected));
             }
@@ -763,7 +812,7 @@ pub fn time_arm(op: Op, arm: Arm, device: &Device, dtype: DType, seed: u64) -> R
         .map(|t| t.elem_count() * t.dtype().size_in_bytes())
         .sum();
     let flops = match op {
-        Op::MatmulBtAlphaBeta | Op::MatmulBtFp8Channel => {
+        Op::MatmulBtAlphaBeta | Op::MatmulBtFp8Channel | Op::Linear => {
             let (m, k) = case.float(0).dims2()?;
             let n = outputs[0].dim(1)?;
             Some(2.0 * (m * n * k) as f64)

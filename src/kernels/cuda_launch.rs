@@ -32,17 +32,20 @@ pub fn elementwise(n: usize) -> Grid {
     }
 }
 
-/// One block per row, sized to the row.
-pub fn per_row(rows: usize, cols: usize) -> Grid {
-    let threads = if cols >= 1024 {
-        1024
-    } else {
-        cols.next_power_of_two().clamp(32, 1024) as u32
-    };
-    Grid {
+/// Row elements each thread of the norm kernels holds in registers (`G4_NORM_VALUES`).
+const ROW_VALUES_PER_THREAD: usize = 16;
+
+/// One block per row, with enough threads to hold the row in registers; `None` for rows wider
+/// than a 1024-thread block holds.
+pub fn per_row(rows: usize, cols: usize) -> Option<Grid> {
+    let threads = cols
+        .div_ceil(ROW_VALUES_PER_THREAD)
+        .next_power_of_two()
+        .max(32);
+    (threads <= 1024).then_some(Grid {
         blocks: rows as u32,
-        threads,
-    }
+        threads: threads as u32,
+    })
 }
 
 /// `g4_<kernel>_<f32|bf16|f16>`.

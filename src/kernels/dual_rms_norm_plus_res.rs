@@ -61,10 +61,13 @@ fn cuda_fwd(
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
     use super::cuda_launch::{empty, kernel_name, launch, per_row, Arg};
+    let cols = x.dim(candle_core::D::Minus1)?;
+    let Some(grid) = per_row(x.elem_count() / cols, cols) else {
+        return composed(residual, x, post_norm, next_pre_norm, eps);
+    };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
     let w1 = post_norm.to_dtype(x.dtype())?.contiguous()?;
     let w2 = next_pre_norm.to_dtype(x.dtype())?.contiguous()?;
-    let cols = x.dim(candle_core::D::Minus1)?;
     let out_residual = empty(x.shape(), x.dtype(), x.device())?;
     let out_y = empty(x.shape(), x.dtype(), x.device())?;
     let args = [
@@ -77,7 +80,6 @@ fn cuda_fwd(
         Arg::I32(cols as i32),
         Arg::F32(eps as f32),
     ];
-    let grid = per_row(x.elem_count() / cols, cols);
     launch(
         &kernel_name("dual_rms_norm_plus_res", x.dtype())?,
         x.device(),

@@ -1,7 +1,7 @@
 //! `gelu_mul`: `gelu_tanh(gate) ⊙ up` over two separate tensors (dense MLP, PLE gate, MoE experts).
 
 use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
-use candle_core::{Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 
 const OP: Op = Op::GeluMul;
 
@@ -19,8 +19,9 @@ pub fn gelu_mul_on(arm: Arm, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 }
 
 pub fn composed(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    // candle's `gelu` is the tanh approximation (`gelu_erf` is the exact one).
-    gate.gelu()? * up
+    // candle's `gelu` is the tanh approximation (`gelu_erf` is the exact one). It runs in f32
+    // and rounds once, as torch does for bf16/f16: candle's CUDA bf16 gelu is less precise.
+    gate.to_dtype(DType::F32)?.gelu()?.to_dtype(gate.dtype())? * up
 }
 
 /// CUDA arm: one elementwise kernel (src/kernels/cuda/elementwise.cu).

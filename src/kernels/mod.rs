@@ -6,6 +6,7 @@
 //! decides which arm runs; the model's dispatch and `g4 probe-ops` both call it, so the report
 //! cannot disagree with what runs.
 
+pub mod argmax;
 pub mod attention;
 pub mod check;
 pub mod cuda_launch;
@@ -13,6 +14,7 @@ pub mod dequant_fp8_channel;
 pub mod dual_rms_norm_plus_res;
 pub mod gelu_and_mul;
 pub mod gelu_mul;
+pub mod linear;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
 pub mod moe_gather_rows;
@@ -46,10 +48,12 @@ pub enum Op {
     Rope,
     Softcap,
     Attention,
+    Linear,
+    Argmax,
 }
 
 impl Op {
-    pub const ALL: [Op; 15] = [
+    pub const ALL: [Op; 17] = [
         Op::GeluMul,
         Op::GeluAndMul,
         Op::RmsNorm,
@@ -65,6 +69,8 @@ impl Op {
         Op::Rope,
         Op::Softcap,
         Op::Attention,
+        Op::Linear,
+        Op::Argmax,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +90,8 @@ impl Op {
             Op::Rope => "rope",
             Op::Softcap => "softcap",
             Op::Attention => "attention",
+            Op::Linear => "linear",
+            Op::Argmax => "argmax",
         }
     }
 
@@ -119,9 +127,10 @@ impl Op {
             | Op::Rope
             | Op::Softcap
             | Op::Attention
+            | Op::Linear
             | Op::MatmulBtAlphaBeta
             | Op::MatmulBtFp8Channel => CUDA,
-            Op::MoeZero => CUDA_F32,
+            Op::MoeZero | Op::Argmax => CUDA_F32,
         }
     }
 }

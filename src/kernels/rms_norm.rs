@@ -35,11 +35,15 @@ pub fn composed(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
     normed.to_dtype(x.dtype())
 }
 
-/// CUDA arm: one block per row (src/kernels/cuda/norms.cu).
+/// CUDA arm: one block per row, held in registers (src/kernels/cuda/norms.cu); rows wider than
+/// a block holds take the composed arm.
 fn cuda_fwd(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     use super::cuda_launch::{empty, kernel_name, launch, per_row, Arg};
-    let x = x.contiguous()?;
     let cols = x.dim(D::Minus1)?;
+    let Some(grid) = per_row(x.elem_count() / cols, cols) else {
+        return composed(x, weight, eps);
+    };
+    let x = x.contiguous()?;
     let weight = weight
         .map(|w| w.to_dtype(x.dtype())?.contiguous())
         .transpose()?;
@@ -54,7 +58,7 @@ fn cuda_fwd(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     launch(
         &kernel_name("rms_norm", x.dtype())?,
         x.device(),
-        per_row(x.elem_count() / cols, cols),
+        grid,
         &args,
     )?;
     Ok(out)

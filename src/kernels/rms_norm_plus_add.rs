@@ -36,9 +36,12 @@ pub fn composed(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Res
 /// CUDA arm: one block per row (src/kernels/cuda/norms.cu).
 fn cuda_fwd(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
     use super::cuda_launch::{empty, kernel_name, launch, per_row, Arg};
+    let cols = x.dim(candle_core::D::Minus1)?;
+    let Some(grid) = per_row(x.elem_count() / cols, cols) else {
+        return composed(residual, x, weight, eps);
+    };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
     let weight = weight.to_dtype(x.dtype())?.contiguous()?;
-    let cols = x.dim(candle_core::D::Minus1)?;
     let out = empty(x.shape(), x.dtype(), x.device())?;
     let args = [
         Arg::Tensor(&residual),
@@ -51,7 +54,7 @@ fn cuda_fwd(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<
     launch(
         &kernel_name("rms_norm_plus_add", x.dtype())?,
         x.device(),
-        per_row(x.elem_count() / cols, cols),
+        grid,
         &args,
     )?;
     Ok(out)

@@ -1,18 +1,19 @@
 //! The Gemma-4 text decoder (GEMMA4_TEXT.md §2). Every fused op goes through the registry in
-//! `crate::kernels`; plain projections are candle matmuls.
+//! `crate::kernels`, the plain projections included (`linear`).
 
 use super::config::{Config, KvSource, LayerKind, LayerSpec};
+use super::device_step::{DeviceStep, KindInputs};
 use super::kv_cache::{attention_mask, KvCache};
 use super::weights::Checkpoint;
 use crate::kernels::{
     attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res,
-    gelu_and_mul::gelu_and_mul, gelu_mul::gelu_mul, moe_gather_rows::moe_gather_rows,
-    moe_router_topk::moe_router_topk, moe_weighted_scatter_add::moe_weighted_scatter_add,
-    moe_zero::moe_zero, rms_norm::rms_norm, rms_norm_plus_add::rms_norm_plus_add, rope::rope,
-    softcap::softcap,
+    gelu_and_mul::gelu_and_mul, gelu_mul::gelu_mul, linear::linear,
+    moe_gather_rows::moe_gather_rows, moe_router_topk::moe_router_topk,
+    moe_weighted_scatter_add::moe_weighted_scatter_add, moe_zero::moe_zero, rms_norm::rms_norm,
+    rms_norm_plus_add::rms_norm_plus_add, rope::rope, softcap::softcap,
 };
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{DType, Device, Tensor};
 use std::path::Path;
 
 pub struct Gemma4 {
@@ -51,13 +52,19 @@ impl RopeTable {
 
     /// cos/sin `[seq, D/2]` for positions `start .. start + seq`.
     fn rows(&self, start: usize, seq: usize) -> Result<(Tensor, Tensor)> {
+        let (cos, sin) = self.table(start + seq)?;
+        Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?))
+    }
+
+    /// The whole table, covering at least `needed` positions.
+    fn table(&self, needed: usize) -> Result<(Tensor, Tensor)> {
         let mut rows = self.rows.lock().expect("rope table lock");
         let have = rows.as_ref().map_or(0, |(cos, _)| cos.dim(0).unwrap_or(0));
-        if start + seq > have {
-            let positions = (start + seq)
+        if needed > have {
+            let positions = needed
                 .next_power_of_two()
                 .max(256)
-                .min(self.max_positions.max(start + seq));
+                .min(self.max_positions.max(needed));
             let half = self.inv_freq.len();
             let angles: Vec<f32> = (0..positions)
                 .flat_map(|pos| self.inv_freq.iter().map(move |&f| pos as f32 * f))
@@ -71,8 +78,7 @@ impl RopeTable {
             };
             *rows = Some((table(f32::cos)?, table(f32::sin)?));
         }
-        let (cos, sin) = rows.as_ref().expect("filled above");
-        Ok((cos.narrow(0, start, seq)?, sin.narrow(0, start, seq)?))
+        Ok(rows.clone().expect("filled above"))
     }
 }
 
@@ -91,7 +97,9 @@ struct DecoderLayer {
     post_attention_norm: Tensor,
     pre_feedforward_norm: Tensor,
     post_feedforward_norm: Tensor,
-    layer_scalar: Tensor,
+    /// Read once at load: multiplying by a host scalar is one contiguous kernel, where a
+    /// broadcast against a one-element tensor is a strided one.
+    layer_scalar: f64,
     q_proj: Tensor,
     q_norm: Tensor,
     o_proj: Tensor,
@@ -109,8 +117,9 @@ struct KvProjection {
 }
 
 struct Mlp {
-    gate: Tensor,
-    up: Tensor,
+    /// `[gate ‖ up]` stacked at load, `[2·width, H]`: one projection instead of two, whose
+    /// output is exactly what `gelu_and_mul` takes.
+    gate_up: Tensor,
     down: Tensor,
 }
 
@@ -140,16 +149,6 @@ fn round_to(dtype: DType, value: f64) -> f64 {
         DType::F32 => value as f32 as f64,
         _ => value,
     }
-}
-
-/// `x [.., in] · wᵀ` with `w [out, in]`.
-fn linear(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    let dims = x.dims();
-    let rows: usize = dims[..dims.len() - 1].iter().product();
-    let out = x.reshape((rows, dims[dims.len() - 1]))?.matmul(&w.t()?)?;
-    let mut shape = dims[..dims.len() - 1].to_vec();
-    shape.push(w.dim(0)?);
-    out.reshape(shape)
 }
 
 impl Gemma4 {
@@ -196,6 +195,7 @@ impl Gemma4 {
         } else {
             embed_tokens.clone()
         };
+        crate::device::release_cached_memory(embed_tokens.device())?;
         Ok(Gemma4 {
             embed_scale: round_to(dtype, (h as f64).sqrt()),
             rope_sliding: rope_table(&config, &layers, LayerKind::Sliding, embed_tokens.device()),
@@ -229,10 +229,7 @@ impl Gemma4 {
         if ids.is_empty() {
             bail!("forward needs at least one token");
         }
-        if let Some(&bad) = ids
-            .iter()
-            .find(|&&id| id as usize >= self.config.vocab_size)
-        {
+        if let Some(&bad) = ids.iter().find(|&&id| !self.in_vocab(id)) {
             bail!(
                 "token id {bad} is outside the model's vocabulary of {}",
                 self.config.vocab_size
@@ -248,40 +245,134 @@ impl Gemma4 {
             );
         }
         let ids_t = Tensor::new(ids, &self.device)?;
-        let x = (self.embed_tokens.index_select(&ids_t, 0)? * self.embed_scale)?.unsqueeze(0)?;
+        let ple_ids = if ids.iter().all(|&id| self.ple_id(id) == id) {
+            ids_t.clone()
+        } else {
+            let remapped: Vec<u32> = ids.iter().map(|&id| self.ple_id(id)).collect();
+            Tensor::new(remapped.as_slice(), &self.device)?
+        };
+        let rope = [
+            self.rope_sliding.rows(start, seq)?,
+            self.rope_full.rows(start, seq)?,
+        ];
+        let hidden =
+            self.decoder_stack(&ids_t, &ple_ids, Positions::Host { start, rope, cache })?;
+        cache.advance(seq);
+        self.head(&hidden.narrow(1, seq - 1, 1)?)
+    }
+
+    /// One decode token whose id and position `step` holds on the device; returns the f32
+    /// logits `[vocab]`. Writes K/V into `cache`'s reserved buffers but leaves its host
+    /// bookkeeping to the caller (`KvCache::record_device_token`), as a captured step runs later.
+    pub fn forward_device(&self, step: &DeviceStep, cache: &KvCache) -> Result<Tensor> {
+        let kinds = [
+            step.kind_inputs(LayerKind::Sliding)?,
+            step.kind_inputs(LayerKind::Full)?,
+        ];
+        let hidden = self.decoder_stack(
+            &step.token()?,
+            &step.ple_token()?,
+            Positions::Device { kinds, cache },
+        )?;
+        self.head(&hidden)
+    }
+
+    pub fn in_vocab(&self, id: u32) -> bool {
+        (id as usize) < self.config.vocab_size
+    }
+
+    /// The id whose per-layer embedding token `id` reads: ids past the PLE vocabulary
+    /// (multimodal placeholders) read the pad row.
+    pub fn ple_id(&self, id: u32) -> u32 {
+        match &self.ple {
+            Some(ple) if id as usize >= ple.vocab_size => self.config.pad_token_id,
+            _ => id,
+        }
+    }
+
+    /// Both layer kinds' RoPE tables `(cos, sin)`, each `[positions, D/2]` covering at least
+    /// `positions` rows, indexed by `LayerKind as usize`.
+    pub fn rope_tables(&self, positions: usize) -> Result<[(Tensor, Tensor); 2]> {
+        Ok([
+            self.rope_sliding.table(positions)?,
+            self.rope_full.table(positions)?,
+        ])
+    }
+
+    /// Whether a decode step can run with its position on the device (and so be captured):
+    /// the MoE router's expert choice goes through the host.
+    pub fn supports_device_step(&self) -> bool {
+        self.config.moe.is_none()
+    }
+
+    /// Embedding, PLE inputs and every decoder layer; returns the hidden states `[1, S, H]`.
+    fn decoder_stack(
+        &self,
+        ids: &Tensor,
+        ple_ids: &Tensor,
+        mut positions: Positions,
+    ) -> Result<Tensor> {
+        let x = (self.embed_tokens.index_select(ids, 0)? * self.embed_scale)?.unsqueeze(0)?;
+        let seq = x.dim(1)?;
         let ple = self
             .ple
             .as_ref()
-            .map(|ple| ple.inputs(ids, &ids_t, &x, &self.config))
+            .map(|ple| ple.inputs(ple_ids, &x, &self.config))
             .transpose()?;
-
-        let rope_sliding = self.rope_sliding.rows(start, seq)?;
-        let rope_full = self.rope_full.rows(start, seq)?;
-        let mut masks: [Option<Option<Tensor>>; 2] = [None, None];
+        let mut masks: [Option<Option<Tensor>>; 2] = match &positions {
+            Positions::Host { .. } => [None, None],
+            Positions::Device { kinds, .. } => kinds.each_ref().map(|k| Some(Some(k.mask.clone()))),
+        };
+        // Cache slot indices shaped like one token's K, per (kind, kv heads, head dim).
+        let mut slot_indices: Vec<((usize, usize, usize), Tensor)> = Vec::new();
         // K/V published by each producer layer for its consumers, in this same call.
         let mut published: Vec<Option<(Tensor, Tensor)>> = vec![None; self.layers.len()];
 
         let mut x = x;
         for (i, layer) in self.layers.iter().enumerate() {
             let kind = layer.spec.kind;
-            let (cos, sin) = match kind {
-                LayerKind::Sliding => &rope_sliding,
-                LayerKind::Full => &rope_full,
-            };
-            let window = (kind == LayerKind::Sliding).then_some(self.config.sliding_window);
             let slot = kind as usize;
+            let (cos, sin) = match &positions {
+                Positions::Host { rope, .. } => (&rope[slot].0, &rope[slot].1),
+                Positions::Device { kinds, .. } => (&kinds[slot].cos, &kinds[slot].sin),
+            };
             let h = rms_norm(&x, Some(&layer.input_norm), self.config.rms_norm_eps)?;
             let (q, k, v) = match (&layer.own_kv, layer.spec.kv_source) {
                 (Some(own), _) => {
                     let (q, k, v) =
                         layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
-                    let attend = cache.append(i, &k, &v)?;
-                    if masks[slot].is_none() {
-                        masks[slot] = Some(match &attend.key_positions {
-                            Some(keys) => attention_mask(start, seq, keys, window, &self.device)?,
-                            None => None,
-                        });
-                    }
+                    let attend = match &mut positions {
+                        Positions::Host { start, cache, .. } => {
+                            let attend = cache.append(i, &k, &v)?;
+                            if masks[slot].is_none() {
+                                let window = (kind == LayerKind::Sliding)
+                                    .then_some(self.config.sliding_window);
+                                masks[slot] = Some(match &attend.key_positions {
+                                    Some(keys) => {
+                                        attention_mask(*start, seq, keys, window, &self.device)?
+                                    }
+                                    None => None,
+                                });
+                            }
+                            attend
+                        }
+                        Positions::Device { kinds, cache } => {
+                            let key = (slot, layer.spec.kv_heads, layer.spec.head_dim);
+                            let index = match slot_indices.iter().find(|(k, _)| *k == key) {
+                                Some((_, index)) => index.clone(),
+                                None => {
+                                    let index = kinds[slot]
+                                        .slot
+                                        .reshape((1, 1, 1, 1))?
+                                        .broadcast_as(k.shape())?
+                                        .contiguous()?;
+                                    slot_indices.push((key, index.clone()));
+                                    index
+                                }
+                            };
+                            cache.write_slot(i, &k, &v, &index)?
+                        }
+                    };
                     published[i] = Some((attend.k.clone(), attend.v.clone()));
                     (q, attend.k, attend.v)
                 }
@@ -303,10 +394,12 @@ impl Gemma4 {
             let layer_ple = ple.as_ref().map(|p| p.narrow(2, i, 1)).transpose()?;
             x = layer.feed_forward(&x, &attn, layer_ple, &self.config)?;
         }
-        cache.advance(seq);
+        Ok(x)
+    }
 
-        let last = x.narrow(1, seq - 1, 1)?;
-        let normed = rms_norm(&last, Some(&self.final_norm), self.config.rms_norm_eps)?;
+    /// Final norm, tied head and softcap over `[1, 1, H]`: f32 logits `[vocab]`.
+    fn head(&self, last: &Tensor) -> Result<Tensor> {
+        let normed = rms_norm(last, Some(&self.final_norm), self.config.rms_norm_eps)?;
         let logits = linear(&normed, &self.lm_head)?;
         let logits = match self.config.final_logit_softcapping {
             Some(cap) => softcap(&logits, cap)?,
@@ -314,6 +407,23 @@ impl Gemma4 {
         };
         Ok(logits.flatten_all()?.to_dtype(DType::F32)?)
     }
+}
+
+/// Where a forward call's positions live, and so how it meets the cache.
+enum Positions<'c> {
+    /// `start ..`, known on the host; RoPE rows per layer kind (`LayerKind as usize`). K/V are
+    /// appended, which updates the cache's bookkeeping.
+    Host {
+        start: usize,
+        rope: [(Tensor, Tensor); 2],
+        cache: &'c mut KvCache,
+    },
+    /// One token whose position is on the device; what each layer kind derives from it. K/V
+    /// are written at the device-held slot; the bookkeeping is the caller's.
+    Device {
+        kinds: [KindInputs; 2],
+        cache: &'c KvCache,
+    },
 }
 
 fn rope_table(
@@ -335,28 +445,12 @@ fn rope_table(
 }
 
 impl PerLayerEmbeddings {
-    /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2).
-    /// `ids_t` is `ids` already on the device; it is reused unless some id needs remapping.
-    fn inputs(&self, ids: &[u32], ids_t: &Tensor, x0: &Tensor, config: &Config) -> Result<Tensor> {
+    /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2). `ple_ids`
+    /// are the token ids already mapped by `Gemma4::ple_id`.
+    fn inputs(&self, ple_ids: &Tensor, x0: &Tensor, config: &Config) -> Result<Tensor> {
         let layers = config.num_layers();
-        let seq = ids.len();
-        // Ids past the PLE vocabulary (multimodal placeholders) read the pad row.
-        let ple_ids = if ids.iter().all(|&id| (id as usize) < self.vocab_size) {
-            ids_t.clone()
-        } else {
-            let remapped: Vec<u32> = ids
-                .iter()
-                .map(|&id| {
-                    if (id as usize) < self.vocab_size {
-                        id
-                    } else {
-                        config.pad_token_id
-                    }
-                })
-                .collect();
-            Tensor::new(remapped.as_slice(), x0.device())?
-        };
-        let token_part = (self.table.index_select(&ple_ids, 0)? * self.table_scale)?
+        let seq = ple_ids.dim(0)?;
+        let token_part = (self.table.index_select(ple_ids, 0)? * self.table_scale)?
             .reshape((1, seq, layers, self.width))?;
         let context = (linear(x0, &self.model_projection)?
             * (config.hidden_size as f64).powf(-0.5))?
@@ -426,14 +520,23 @@ impl DecoderLayer {
             post_attention_norm: norm("post_attention_layernorm.weight")?,
             pre_feedforward_norm: norm("pre_feedforward_layernorm.weight")?,
             post_feedforward_norm: norm("post_feedforward_layernorm.weight")?,
-            layer_scalar: ckpt.tensor(&p("layer_scalar"), &[1])?,
+            layer_scalar: ckpt
+                .tensor(&p("layer_scalar"), &[1])?
+                .to_dtype(DType::F64)?
+                .squeeze(0)?
+                .to_scalar::<f64>()?,
             q_proj: ckpt.tensor(&p("self_attn.q_proj.weight"), &[nh * hd, h])?,
             q_norm: ckpt.tensor(&p("self_attn.q_norm.weight"), &[hd])?,
             o_proj: ckpt.tensor(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
             own_kv,
             mlp: Mlp {
-                gate: ckpt.tensor(&p("mlp.gate_proj.weight"), &[width, h])?,
-                up: ckpt.tensor(&p("mlp.up_proj.weight"), &[width, h])?,
+                gate_up: Tensor::cat(
+                    &[
+                        ckpt.tensor(&p("mlp.gate_proj.weight"), &[width, h])?,
+                        ckpt.tensor(&p("mlp.up_proj.weight"), &[width, h])?,
+                    ],
+                    0,
+                )?,
                 down: ckpt.tensor(&p("mlp.down_proj.weight"), &[h, width])?,
             },
             moe,
@@ -491,9 +594,8 @@ impl DecoderLayer {
             &self.pre_feedforward_norm,
             eps,
         )?;
-        let gate = linear(&normed, &self.mlp.gate)?;
-        let up = linear(&normed, &self.mlp.up)?;
-        let mut mlp_out = linear(&gelu_mul(&gate, &up)?, &self.mlp.down)?;
+        let gate_up = linear(&normed, &self.mlp.gate_up)?;
+        let mut mlp_out = linear(&gelu_and_mul(&gate_up)?, &self.mlp.down)?;
         if let Some(moe) = &self.moe {
             let dense = rms_norm(&mlp_out, Some(&moe.post_norm_1), eps)?;
             let experts = rms_norm(&moe.forward(&residual, eps)?, Some(&moe.post_norm_2), eps)?;
@@ -506,7 +608,7 @@ impl DecoderLayer {
             let projected = linear(&gated, &layer_ple.projection)?;
             x = rms_norm_plus_add(&x, &projected, &layer_ple.post_norm, eps)?;
         }
-        Ok(x.broadcast_mul(&self.layer_scalar)?)
+        Ok(x.affine(self.layer_scalar, 0.0)?)
     }
 }
 
@@ -591,5 +693,7 @@ impl Moe {
 
 /// Greedy choice on the device: the index of the largest logit.
 pub fn argmax(logits: &Tensor) -> Result<u32> {
-    Ok(logits.argmax(D::Minus1)?.to_scalar::<u32>()?)
+    Ok(crate::kernels::argmax::argmax(logits)?
+        .squeeze(0)?
+        .to_scalar::<u32>()?)
 }

@@ -2,8 +2,9 @@
 //! it becomes final, stopping on eos ids, stop strings, the token budget or the context end.
 
 use super::sampling::Sampler;
+use super::session::{DecodePath, Session};
 use super::tokenizer::TextTokenizer;
-use super::{Gemma4, KvCache};
+use super::Gemma4;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ pub struct Request {
     pub max_tokens: usize,
     pub eos_ids: Vec<u32>,
     pub stop_strings: Vec<String>,
+    pub decode: DecodePath,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -61,7 +63,7 @@ pub fn generate(
             request.prompt_ids.len()
         );
     }
-    let mut cache = KvCache::new(model.config());
+    let mut session = Session::new(model, request.decode);
     let mut history = request.prompt_ids.clone();
     let mut stream = tokenizer.stream();
     let mut stops = StopMatcher::new(&request.stop_strings);
@@ -69,12 +71,12 @@ pub fn generate(
     let mut token_ids = Vec::new();
 
     let started = Instant::now();
-    let mut logits = model.forward(&request.prompt_ids, &mut cache)?;
+    // Choosing the first token waits for the device, so the prefill time is real.
+    let mut next = sampler.next(session.prefill(&request.prompt_ids)?, &history)?;
     let prefill = started.elapsed();
     let decode_started = Instant::now();
     let mut stop_reason = StopReason::MaxTokens;
     while token_ids.len() < request.max_tokens {
-        let next = sampler.next(&logits, &history)?;
         if request.eos_ids.contains(&next) {
             stop_reason = StopReason::Eos;
             break;
@@ -96,11 +98,11 @@ pub fn generate(
         if token_ids.len() == request.max_tokens {
             break;
         }
-        if cache.len() + 1 > context {
+        if session.len() + 1 > context {
             stop_reason = StopReason::ContextFull;
             break;
         }
-        logits = model.forward(&[next], &mut cache)?;
+        next = sampler.next(session.decode(next)?, &history)?;
     }
     if stop_reason != StopReason::StopString {
         let rest = stops.flush();

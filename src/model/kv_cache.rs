@@ -2,6 +2,10 @@
 //! sliding layers keep a ring of W slots (slot = position mod W), which is all the strict
 //! `q − k < W` rule can ever look at. KV-consumer layers own nothing: they read what their
 //! producer attended with in the same forward call.
+//!
+//! A device-resident decode step (one token whose position lives in device memory, so that the
+//! step can be captured once and replayed) writes through [`KvCache::write_slot`] into buffers
+//! reserved up front with [`KvCache::reserve`], and attends over whole buffers under a mask.
 
 use super::config::{Config, KvSource, LayerKind};
 use candle_core::{DType, Device, Result, Tensor};
@@ -21,12 +25,16 @@ enum LayerCache {
 }
 
 struct FullCache {
+    kv_heads: usize,
+    head_dim: usize,
     k: Option<Tensor>,
     v: Option<Tensor>,
     len: usize,
 }
 
 struct RingCache {
+    kv_heads: usize,
+    head_dim: usize,
     window: usize,
     k: Option<Tensor>,
     v: Option<Tensor>,
@@ -48,11 +56,15 @@ impl KvCache {
             .map(|spec| match (spec.kv_source, spec.kind) {
                 (KvSource::SharedFrom(_), _) => None,
                 (KvSource::Own, LayerKind::Full) => Some(LayerCache::Full(FullCache {
+                    kv_heads: spec.kv_heads,
+                    head_dim: spec.head_dim,
                     k: None,
                     v: None,
                     len: 0,
                 })),
                 (KvSource::Own, LayerKind::Sliding) => Some(LayerCache::Sliding(RingCache {
+                    kv_heads: spec.kv_heads,
+                    head_dim: spec.head_dim,
                     window: config.sliding_window,
                     k: None,
                     v: None,
@@ -89,6 +101,92 @@ impl KvCache {
     }
 }
 
+impl KvCache {
+    /// Allocates every layer's buffers now, full layers with room for `capacity` positions (kept
+    /// contents are copied), so that device-resident steps write into buffers that stay put.
+    pub fn reserve(&mut self, capacity: usize, dtype: DType, device: &Device) -> Result<()> {
+        let len = self.len;
+        for layer in self.layers.iter_mut().flatten() {
+            match layer {
+                LayerCache::Full(cache) => {
+                    let have = cache.k.as_ref().map_or(0, |t| t.dim(2).unwrap_or(0));
+                    if have < capacity {
+                        let shape = (1, cache.kv_heads, capacity, cache.head_dim);
+                        let fresh = || Tensor::zeros(shape, dtype, device);
+                        cache.k = Some(keep_first(cache.k.take(), fresh()?, len)?);
+                        cache.v = Some(keep_first(cache.v.take(), fresh()?, len)?);
+                    }
+                }
+                LayerCache::Sliding(cache) => {
+                    if cache.k.is_none() {
+                        let shape = (1, cache.kv_heads, cache.window, cache.head_dim);
+                        cache.k = Some(Tensor::zeros(shape, dtype, device)?);
+                        cache.v = Some(Tensor::zeros(shape, dtype, device)?);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one token's `k, v [1, kv_heads, 1, D]` of layer `layer` at the slot held by
+    /// `slot_index` (a device tensor of k's shape, every element the slot: the position in full
+    /// layers, position mod W in rings) and returns the layer's whole reserved buffers. Host
+    /// bookkeeping waits for [`KvCache::record_device_token`], because a captured step runs later.
+    pub fn write_slot(
+        &self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        slot_index: &Tensor,
+    ) -> Result<AttendKv> {
+        let (kb, vb) = match self.layers[layer].as_ref() {
+            Some(LayerCache::Full(FullCache { k, v, .. }))
+            | Some(LayerCache::Sliding(RingCache { k, v, .. })) => (k, v),
+            None => candle_core::bail!("internal: layer {layer} owns no KV cache"),
+        };
+        let (Some(kb), Some(vb)) = (kb, vb) else {
+            candle_core::bail!("internal: layer {layer}'s KV cache was not reserved")
+        };
+        kb.scatter_set(slot_index, &k.contiguous()?, 2)?;
+        vb.scatter_set(slot_index, &v.contiguous()?, 2)?;
+        Ok(AttendKv {
+            k: kb.clone(),
+            v: vb.clone(),
+            key_positions: None,
+        })
+    }
+
+    /// Records that a device-resident step wrote the token at position `len()` in every layer.
+    pub fn record_device_token(&mut self) {
+        let position = self.len;
+        for layer in self.layers.iter_mut().flatten() {
+            match layer {
+                LayerCache::Full(cache) => cache.len = position + 1,
+                LayerCache::Sliding(cache) => {
+                    let window = cache.window;
+                    cache.slots[position % window] = Some(position);
+                }
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Positions every full layer has room for without reallocating (`None` with no full layers).
+    pub fn reserved_capacity(&self) -> Option<usize> {
+        self.layers
+            .iter()
+            .flatten()
+            .filter_map(|layer| match layer {
+                LayerCache::Full(cache) => {
+                    Some(cache.k.as_ref().map_or(0, |t| t.dim(2).unwrap_or(0)))
+                }
+                LayerCache::Sliding(_) => None,
+            })
+            .min()
+    }
+}
+
 fn zeros_like_with_len(t: &Tensor, len: usize) -> Result<Tensor> {
     let (b, h, _, d) = t.dims4()?;
     Tensor::zeros((b, h, len, d), t.dtype(), t.device())
@@ -102,8 +200,12 @@ impl FullCache {
         if needed > capacity {
             // Geometric growth keeps decode allocation-free between doublings.
             let grown = needed.max(capacity * 2).max(64);
-            self.k = Some(grow(self.k.take(), k, grown, self.len)?);
-            self.v = Some(grow(self.v.take(), v, grown, self.len)?);
+            let (k_fresh, v_fresh) = (
+                zeros_like_with_len(k, grown)?,
+                zeros_like_with_len(v, grown)?,
+            );
+            self.k = Some(keep_first(self.k.take(), k_fresh, self.len)?);
+            self.v = Some(keep_first(self.v.take(), v_fresh, self.len)?);
         }
         let (kb, vb) = (
             self.k.as_ref().expect("allocated above"),
@@ -120,8 +222,8 @@ impl FullCache {
     }
 }
 
-fn grow(old: Option<Tensor>, like: &Tensor, capacity: usize, keep: usize) -> Result<Tensor> {
-    let fresh = zeros_like_with_len(like, capacity)?;
+/// `fresh` with the first `keep` positions of `old` copied in.
+fn keep_first(old: Option<Tensor>, fresh: Tensor, keep: usize) -> Result<Tensor> {
     if let Some(old) = old {
         if keep > 0 {
             fresh.slice_set(&old.narrow(2, 0, keep)?.contiguous()?, 2, 0)?;

@@ -2,10 +2,12 @@
 //! tokenizer and chat template, sampling and the generation loop.
 
 pub mod config;
+pub mod device_step;
 pub mod gemma4;
 pub mod generation;
 pub mod kv_cache;
 pub mod sampling;
+pub mod session;
 pub mod source;
 pub mod tokenizer;
 pub mod weights;

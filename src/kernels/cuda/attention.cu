@@ -1,22 +1,30 @@
-// attention: softmax(q·kᵀ·scale + mask)·v with GQA by contiguous groups, for decode and prefill.
-// One block per (batch, head, query); its warps split the keys and keep an online softmax each
-// (f32 throughout), merged at the end. K/V may be views into a longer cache: rows are contiguous,
-// heads are `kv_head_stride` elements apart. mask is an optional additive f32 [S, T].
+// attention: softmax(q·kᵀ·scale + mask)·v with GQA by contiguous groups, for decode and short
+// query blocks. Split-K ("flash decoding"): each query row's keys are cut into `splits` chunks,
+// one block per (row, chunk), so that a decode step with few heads still fills the GPU. Each
+// warp of a block keeps an online softmax (f32) over its keys; the warps merge in the block, and
+// with several chunks a second kernel merges the chunks' partial results.
+// K/V may be views into a longer cache: rows are contiguous, heads are `kv_head_stride` elements
+// apart. mask is an optional additive f32 [S, T]; a warp reads 32 mask entries at once and skips
+// the hidden keys without touching K/V, so a mostly-empty cache buffer costs little.
 #include "g4_compat.cuh"
 
 #define G4_ATTN_MAX_D 512
 #define G4_ATTN_WARPS 4
 
 template <typename T>
-__device__ void attention(const T* q, const T* k, const T* v, const float* mask, T* out, int heads, int kv_heads,
-                          int seq, int keys, int d, size_t kv_head_stride, float scale) {
+__device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, T* out,
+                                float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
+                                int keys, int d, size_t kv_head_stride, float scale, int splits) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const int row = blockIdx.x;  // (b * heads + h) * seq + s
+    const int row = blockIdx.x / splits;  // (b * heads + h) * seq + s
+    const int split = blockIdx.x % splits;
     const int s = row % seq, h = (row / seq) % heads, b = row / (seq * heads);
     const int kvh = h / (heads / kv_heads);
     const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
     const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
+    const int chunk = (keys + splits - 1) / splits;
+    const int first = split * chunk, end = min(keys, first + chunk);
 
     __shared__ float q_row[G4_ATTN_MAX_D];
     __shared__ float warp_max[G4_ATTN_WARPS], warp_sum[G4_ATTN_WARPS];
@@ -24,50 +32,112 @@ __device__ void attention(const T* q, const T* k, const T* v, const float* mask,
     for (int j = threadIdx.x; j < d; j += blockDim.x) q_row[j] = g4_to_f32(q[(size_t)row * d + j]);
     __syncthreads();
 
-    const int per_lane = (d + warp_size - 1) / warp_size;
-    float acc[G4_ATTN_MAX_D / 32];
-    for (int i = 0; i < per_lane; ++i) acc[i] = 0.0f;
+    // Per-lane slices of a D-row: element lane + r·warp_size. Fixed bounds keep them in registers.
+    constexpr int slices = G4_ATTN_MAX_D / 32;
+    float acc[slices];
+#pragma unroll
+    for (int r = 0; r < slices; ++r) acc[r] = 0.0f;
     float running_max = -INFINITY, running_sum = 0.0f;
-    for (int t = warp; t < keys; t += G4_ATTN_WARPS) {
-        const float m = mask ? mask[(size_t)s * keys + t] : 0.0f;
-        if (m == -INFINITY) continue;
-        float dot = 0.0f;
-        for (int j = lane; j < d; j += warp_size) dot += q_row[j] * g4_to_f32(k_head[(size_t)t * d + j]);
-        for (int mask_bits = warp_size / 2; mask_bits > 0; mask_bits >>= 1) dot += G4_SHFL_XOR(dot, mask_bits);
-        const float score = dot * scale + m;
-        const float new_max = fmaxf(running_max, score);
-        const float correction = expf(running_max - new_max), p = expf(score - new_max);
-        running_sum = running_sum * correction + p;
-        for (int i = 0, j = lane; j < d; ++i, j += warp_size) {
-            acc[i] = acc[i] * correction + p * g4_to_f32(v_head[(size_t)t * d + j]);
+    // Warp w takes keys first + w, first + w + WARPS, …; it reads the mask of warp_size of them
+    // at once (one per lane) and skips hidden keys without loading K or V.
+    const int stride = G4_ATTN_WARPS;
+    for (int base = first + warp; base < end; base += stride * warp_size) {
+        const int mine = base + lane * stride;
+        const float my_mask = mine >= end ? -INFINITY : (mask ? mask[(size_t)s * keys + mine] : 0.0f);
+        for (int i = 0; i < warp_size && base + i * stride < end; ++i) {
+            const float m = G4_SHFL(my_mask, i);
+            if (m == -INFINITY) continue;
+            const T* k_row = k_head + (size_t)(base + i * stride) * d;
+            const T* v_row = v_head + (size_t)(base + i * stride) * d;
+            float k_val[slices], v_val[slices];
+#pragma unroll
+            for (int r = 0; r < slices; ++r) {
+                const int j = lane + r * warp_size;
+                k_val[r] = j < d ? g4_to_f32(k_row[j]) : 0.0f;
+                v_val[r] = j < d ? g4_to_f32(v_row[j]) : 0.0f;
+            }
+            float dot = 0.0f;
+#pragma unroll
+            for (int r = 0; r < slices; ++r) {
+                const int j = lane + r * warp_size;
+                if (j < d) dot += q_row[j] * k_val[r];
+            }
+            for (int bits = warp_size / 2; bits > 0; bits >>= 1) dot += G4_SHFL_XOR(dot, bits);
+            const float score = dot * scale + m;
+            const float new_max = fmaxf(running_max, score);
+            const float correction = expf(running_max - new_max), p = expf(score - new_max);
+            running_sum = running_sum * correction + p;
+#pragma unroll
+            for (int r = 0; r < slices; ++r) acc[r] = acc[r] * correction + p * v_val[r];
+            running_max = new_max;
         }
-        running_max = new_max;
     }
     if (lane == 0) {
         warp_max[warp] = running_max;
         warp_sum[warp] = running_sum;
     }
-    for (int i = 0, j = lane; j < d; ++i, j += warp_size) warp_acc[warp][j] = acc[i];
-    __syncthreads();
-    float total_max = -INFINITY;
-    for (int w = 0; w < G4_ATTN_WARPS; ++w) total_max = fmaxf(total_max, warp_max[w]);
-    float total = 0.0f;
-    for (int w = 0; w < G4_ATTN_WARPS; ++w) {
-        if (warp_max[w] != -INFINITY) total += warp_sum[w] * expf(warp_max[w] - total_max);
+#pragma unroll
+    for (int r = 0; r < slices; ++r) {
+        const int j = lane + r * warp_size;
+        if (j < d) warp_acc[warp][j] = acc[r];
     }
+    __syncthreads();
+    float chunk_max = -INFINITY;
+    for (int w = 0; w < G4_ATTN_WARPS; ++w) chunk_max = fmaxf(chunk_max, warp_max[w]);
+    float chunk_sum = 0.0f;
+    for (int w = 0; w < G4_ATTN_WARPS; ++w) {
+        if (warp_max[w] != -INFINITY) chunk_sum += warp_sum[w] * expf(warp_max[w] - chunk_max);
+    }
+    const size_t slot = (size_t)row * splits + split;
     for (int j = threadIdx.x; j < d; j += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < G4_ATTN_WARPS; ++w) {
-            if (warp_max[w] != -INFINITY) o += warp_acc[w][j] * expf(warp_max[w] - total_max);
+            if (warp_max[w] != -INFINITY) o += warp_acc[w][j] * expf(warp_max[w] - chunk_max);
+        }
+        if (splits == 1) {
+            out[(size_t)row * d + j] = g4_from_f32<T>(o / chunk_sum);
+        } else {
+            partial_acc[slot * d + j] = o;
+        }
+    }
+    if (splits > 1 && threadIdx.x == 0) {
+        partial_stats[slot * 2] = chunk_max;
+        partial_stats[slot * 2 + 1] = chunk_sum;
+    }
+}
+
+// One block per query row: merges the row's chunks (a chunk with no visible key has max −∞).
+template <typename T>
+__device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits) {
+    const int row = blockIdx.x;
+    const float* stats = partial_stats + (size_t)row * splits * 2;
+    float total_max = -INFINITY;
+    for (int c = 0; c < splits; ++c) total_max = fmaxf(total_max, stats[c * 2]);
+    float total = 0.0f;
+    for (int c = 0; c < splits; ++c) {
+        if (stats[c * 2] != -INFINITY) total += stats[c * 2 + 1] * expf(stats[c * 2] - total_max);
+    }
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float o = 0.0f;
+        for (int c = 0; c < splits; ++c) {
+            if (stats[c * 2] != -INFINITY) {
+                o += partial_acc[((size_t)row * splits + c) * d + j] * expf(stats[c * 2] - total_max);
+            }
         }
         out[(size_t)row * d + j] = g4_from_f32<T>(o / total);
     }
 }
 
-#define G4_ATTENTION(NAME, T)                                                                              \
-    extern "C" __global__ void g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask,  \
-                                                   T* out, int heads, int kv_heads, int seq, int keys,      \
-                                                   int d, size_t kv_head_stride, float scale) {             \
-        attention<T>(q, k, v, mask, out, heads, kv_heads, seq, keys, d, kv_head_stride, scale);             \
+#define G4_ATTENTION(NAME, T)                                                                               \
+    extern "C" __global__ void g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask,   \
+                                                   T* out, float* partial_acc, float* partial_stats,         \
+                                                   int heads, int kv_heads, int seq, int keys, int d,        \
+                                                   size_t kv_head_stride, float scale, int splits) {         \
+        attention_chunk<T>(q, k, v, mask, out, partial_acc, partial_stats, heads, kv_heads, seq, keys, d,    \
+                           kv_head_stride, scale, splits);                                                   \
+    }                                                                                                        \
+    extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
+                                                         T* out, int d, int splits) {                        \
+        attention_merge<T>(partial_acc, partial_stats, out, d, splits);                                      \
     }
 G4_FOR_FLOAT_TYPES(G4_ATTENTION)

@@ -8,12 +8,14 @@
 typedef __hip_bfloat16 g4_bf16;
 typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
+#define G4_SHFL(v, lane) __shfl((v), (lane))
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 typedef __nv_bfloat16 g4_bf16;
 typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
+#define G4_SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane))
 #endif
 
 #include <stdint.h>

@@ -1,35 +1,54 @@
 // rms_norm, rms_norm_plus_add, dual_rms_norm_plus_res: one block per row, f32 inside, plain
 // (not 1 + w) weight applied before the cast back — the semantics of the ops' composed arms.
+// Each thread holds its up to G4_NORM_VALUES elements of the row in registers, so a row is read
+// from memory once however many passes the op makes over it (the host sizes the block so that
+// cols ≤ G4_NORM_VALUES × blockDim).
 #include "g4_compat.cuh"
 
+#define G4_NORM_VALUES 16
+
 template <typename T>
-__device__ float inv_rms(const T* row, int cols, float eps) {
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        const float v = g4_to_f32(row[j]);
-        sum += v * v;
+__device__ __forceinline__ void load_row(const T* row, int cols, float (&v)[G4_NORM_VALUES]) {
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        v[i] = j < cols ? g4_to_f32(row[j]) : 0.0f;
     }
+}
+
+__device__ __forceinline__ float inv_rms(const float (&v)[G4_NORM_VALUES], int cols, float eps) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) sum += v[i] * v[i];
     return 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
 }
 
 template <typename T>
 __device__ void rms_norm(const T* x, const T* w, T* out, int cols, float eps) {
-    const T* row = x + (size_t)blockIdx.x * cols;
-    T* dst = out + (size_t)blockIdx.x * cols;
-    const float inv = inv_rms(row, cols, eps);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        const float weight = w ? g4_to_f32(w[j]) : 1.0f;
-        dst[j] = g4_from_f32<T>(g4_to_f32(row[j]) * inv * weight);
+    const size_t base = (size_t)blockIdx.x * cols;
+    float v[G4_NORM_VALUES];
+    load_row(x + base, cols, v);
+    const float inv = inv_rms(v, cols, eps);
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < cols) out[base + j] = g4_from_f32<T>(v[i] * inv * (w ? g4_to_f32(w[j]) : 1.0f));
     }
 }
 
 template <typename T>
 __device__ void rms_norm_plus_add(const T* residual, const T* x, const T* w, T* out, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    const float inv = inv_rms(x + base, cols, eps);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        const float normed = g4_round<T>(g4_to_f32(x[base + j]) * inv * g4_to_f32(w[j]));
-        out[base + j] = g4_from_f32<T>(g4_to_f32(residual[base + j]) + normed);
+    float v[G4_NORM_VALUES];
+    load_row(x + base, cols, v);
+    const float inv = inv_rms(v, cols, eps);
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < cols) {
+            const float normed = g4_round<T>(v[i] * inv * g4_to_f32(w[j]));
+            out[base + j] = g4_from_f32<T>(g4_to_f32(residual[base + j]) + normed);
+        }
     }
 }
 
@@ -37,15 +56,25 @@ template <typename T>
 __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
                                        T* out_y, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    const float inv_x = inv_rms(x + base, cols, eps);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        const float normed = g4_round<T>(g4_to_f32(x[base + j]) * inv_x * g4_to_f32(w1[j]));
-        out_residual[base + j] = g4_from_f32<T>(g4_to_f32(residual[base + j]) + normed);
+    float v[G4_NORM_VALUES];
+    load_row(x + base, cols, v);
+    const float inv_x = inv_rms(v, cols, eps);
+    // v becomes the new residual, rounded to T as it is stored: the second norm reads that.
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < cols) {
+            const float normed = g4_round<T>(v[i] * inv_x * g4_to_f32(w1[j]));
+            const T r = g4_from_f32<T>(g4_to_f32(residual[base + j]) + normed);
+            out_residual[base + j] = r;
+            v[i] = g4_to_f32(r);
+        }
     }
-    __syncthreads();
-    const float inv_r = inv_rms(out_residual + base, cols, eps);
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        out_y[base + j] = g4_from_f32<T>(g4_to_f32(out_residual[base + j]) * inv_r * g4_to_f32(w2[j]));
+    const float inv_r = inv_rms(v, cols, eps);
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < cols) out_y[base + j] = g4_from_f32<T>(v[i] * inv_r * g4_to_f32(w2[j]));
     }
 }
 

@@ -1,0 +1,91 @@
+//! `linear`: `Y = X·Wᵀ`, the plain projection (q/k/v/o, MLP, PLE, the tied head). Decode multiplies
+//! a handful of rows by each weight once, which makes it a matrix-vector product bound by reading
+//! W: the native arm streams W once with wide loads for every row of X at the same time.
+
+use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
+use candle_core::{Result, Tensor};
+
+const OP: Op = Op::Linear;
+
+/// `x [.., K]`, `w [N, K]` → `[.., N]`.
+pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    linear_on(arm_for(OP, x.device(), x.dtype()), x, w)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn linear_on(arm: Arm, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    match arm {
+        Arm::Composed => composed(x, w),
+        Arm::Native(Backend::Cuda) => cuda_fwd(x, w),
+        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+    }
+}
+
+/// `x` flattened to rows, with the output shape `[.., N]`.
+fn rows_of(x: &Tensor, w: &Tensor) -> Result<(Tensor, Vec<usize>)> {
+    let dims = x.dims();
+    let k = *dims.last().unwrap_or(&0);
+    let mut out_shape = dims[..dims.len().saturating_sub(1)].to_vec();
+    out_shape.push(w.dim(0)?);
+    Ok((x.reshape((x.elem_count() / k.max(1), k))?, out_shape))
+}
+
+pub fn composed(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (rows, out_shape) = rows_of(x, w)?;
+    rows.matmul(&w.t()?)?.reshape(out_shape)
+}
+
+/// X rows up to which the CUDA arm uses its own kernel; beyond, cuBLAS GEMMs reuse W from cache
+/// across rows and win.
+const CUDA_GEMV_MAX_ROWS: usize = 8;
+
+/// Warps per block of the GEMV kernel (a power of two), and the warps a launch aims to keep
+/// streaming W: about 32 per SM of an H100/H200.
+const WARPS_PER_BLOCK: usize = 8;
+const MIN_WARPS: usize = 4096;
+
+/// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
+/// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
+fn cuda_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    use super::cuda_launch::{empty, kernel_name, launch, Arg, Grid};
+    let (rows, out_shape) = rows_of(x, w)?;
+    let (m, k) = rows.dims2()?;
+    let n = w.dim(0)?;
+    // 16-byte loads need K to fill whole vectors (8 bf16/f16 or 4 f32).
+    let per_vector = 16 / x.dtype().size_in_bytes();
+    if m > CUDA_GEMV_MAX_ROWS || !k.is_multiple_of(per_vector) || w.dim(1)? != k {
+        return composed(x, w);
+    }
+    let (rows, w_rows) = (rows.contiguous()?, w.contiguous()?);
+    let aligned =
+        |t: &Tensor| (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    if !aligned(&rows) || !aligned(&w_rows) {
+        return composed(x, w);
+    }
+    // Narrow projections split each column's K over more warps, so that at least
+    // `MIN_WARPS` warps stream W.
+    let warps_per_col = MIN_WARPS
+        .div_ceil(n)
+        .next_power_of_two()
+        .clamp(1, WARPS_PER_BLOCK);
+    let out = empty((m, n), x.dtype(), x.device())?;
+    let args = [
+        Arg::Tensor(&rows),
+        Arg::Tensor(&w_rows),
+        Arg::Tensor(&out),
+        Arg::I32(m as i32),
+        Arg::I32(n as i32),
+        Arg::I32(k as i32),
+        Arg::I32(warps_per_col as i32),
+    ];
+    let grid = Grid {
+        blocks: n.div_ceil(WARPS_PER_BLOCK / warps_per_col) as u32,
+        threads: (WARPS_PER_BLOCK * 32) as u32,
+    };
+    launch(&kernel_name("linear", x.dtype())?, x.device(), grid, &args)?;
+    out.reshape(out_shape)
+}
+
+pub fn reference(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    reference::matmul_bt(x, w, m, n, k)
+}

@@ -1,0 +1,236 @@
+//! A decoding session: one sequence's KV cache and the way its decode steps run.
+//!
+//! Eager steps run the forward with host-known positions, as prefill does. Graph steps run the
+//! device-resident step (`device_step.rs`): on CUDA it is run once for real and captured into a
+//! CUDA graph in the same call, then each later token is one graph launch instead of hundreds of
+//! kernel launches from the host; on other devices the same step runs directly, which is how CI
+//! proves its arithmetic against the goldens.
+
+use super::device_step::{DeviceStep, KindBuffers};
+use super::{Gemma4, KvCache};
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodePath {
+    Eager,
+    Graph,
+}
+
+impl DecodePath {
+    /// `auto` picks graph steps where they are captured (CUDA) and the model allows them.
+    pub fn parse(spec: &str, model: &Gemma4) -> Result<DecodePath> {
+        match spec {
+            "eager" => Ok(DecodePath::Eager),
+            "graph" if !model.supports_device_step() => bail!(
+                "--decode graph: this model routes tokens to experts on the host, so its decode \
+                 step cannot be captured; use --decode eager"
+            ),
+            "graph" => Ok(DecodePath::Graph),
+            "auto" if model.supports_device_step() && can_capture(model.device()) => {
+                Ok(DecodePath::Graph)
+            }
+            "auto" => Ok(DecodePath::Eager),
+            _ => bail!("--decode {spec}: expected auto, eager or graph"),
+        }
+    }
+
+    pub fn name(self, device: &candle_core::Device) -> &'static str {
+        match self {
+            DecodePath::Eager => "eager",
+            DecodePath::Graph if can_capture(device) => "graph",
+            DecodePath::Graph => "graph (uncaptured: no CUDA graphs here)",
+        }
+    }
+}
+
+/// Smallest full-layer capacity reserved for graph steps; it doubles as the sequence grows
+/// (each growth re-captures), so masked-off slots never exceed the live ones.
+const MIN_GRAPH_CAPACITY: usize = 256;
+
+struct GraphStep {
+    step: DeviceStep,
+    /// f32 `[vocab]`, written by every step.
+    logits: Tensor,
+    captured: Option<CapturedStep>,
+}
+
+pub struct Session<'m> {
+    model: &'m Gemma4,
+    cache: KvCache,
+    path: DecodePath,
+    logits: Option<Tensor>,
+    graph: Option<GraphStep>,
+}
+
+impl<'m> Session<'m> {
+    pub fn new(model: &'m Gemma4, path: DecodePath) -> Session<'m> {
+        Session {
+            model,
+            cache: KvCache::new(model.config()),
+            path,
+            logits: None,
+            graph: None,
+        }
+    }
+
+    /// Tokens processed so far (the position of the next one).
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+
+    /// Runs `ids` after what the session holds; returns the last position's f32 logits.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<&Tensor> {
+        // A captured step addresses the cache buffers an eager append may replace.
+        self.graph = None;
+        let logits = self.model.forward(ids, &mut self.cache)?;
+        Ok(self.logits.insert(logits))
+    }
+
+    /// Runs one token; returns its f32 logits `[vocab]`, valid until the next call.
+    pub fn decode(&mut self, token: u32) -> Result<&Tensor> {
+        if self.path == DecodePath::Eager {
+            return self.prefill(&[token]);
+        }
+        let model = self.model;
+        if !model.in_vocab(token) {
+            bail!(
+                "token id {token} is outside the model's vocabulary of {}",
+                model.config().vocab_size
+            );
+        }
+        let position = self.cache.len();
+        let context = model.config().max_position_embeddings;
+        if position >= context {
+            bail!(
+                "{} tokens exceed the model's context of {context} positions",
+                position + 1
+            );
+        }
+        if self
+            .graph
+            .as_ref()
+            .is_none_or(|g| g.step.capacity() <= position)
+        {
+            self.graph = None;
+            let capacity = (position + 1)
+                .next_power_of_two()
+                .max(MIN_GRAPH_CAPACITY)
+                .min(context);
+            self.graph = Some(self.reserve(capacity)?);
+        }
+        let graph = self.graph.as_mut().expect("reserved above");
+        graph.step.set(token, model.ple_id(token), position)?;
+        let run = || -> Result<()> {
+            let logits = model.forward_device(&graph.step, &self.cache)?;
+            graph.logits.slice_set(&logits, 0, 0)?;
+            Ok(())
+        };
+        match &graph.captured {
+            Some(captured) => captured.replay()?,
+            None if can_capture(model.device()) => {
+                let captured = run_and_capture(model.device(), run).context(
+                    "capturing the decode step as a CUDA graph (--decode eager avoids it)",
+                )?;
+                graph.captured = Some(captured);
+            }
+            None => run()?,
+        }
+        self.cache.record_device_token();
+        Ok(&graph.logits)
+    }
+
+    /// Reserves the cache and the step's buffers for positions below `capacity` (or more,
+    /// when an eager prefill already grew the cache further).
+    fn reserve(&mut self, capacity: usize) -> Result<GraphStep> {
+        let model = self.model;
+        let device = model.device();
+        self.cache.reserve(capacity, model.dtype(), device)?;
+        let capacity = self.cache.reserved_capacity().unwrap_or(capacity);
+        let [(sliding_cos, sliding_sin), (full_cos, full_sin)] = model.rope_tables(capacity)?;
+        let window = model.config().sliding_window;
+        let sliding = KindBuffers {
+            keys: window,
+            rope_cos: sliding_cos,
+            rope_sin: sliding_sin,
+        };
+        let full = KindBuffers {
+            keys: capacity,
+            rope_cos: full_cos,
+            rope_sin: full_sin,
+        };
+        Ok(GraphStep {
+            step: DeviceStep::new(sliding, full, window, device)?,
+            logits: Tensor::zeros(model.config().vocab_size, DType::F32, device)?,
+            captured: None,
+        })
+    }
+}
+
+fn can_capture(device: &candle_core::Device) -> bool {
+    cfg!(feature = "cuda") && device.is_cuda()
+}
+
+#[cfg(feature = "cuda")]
+use cuda_graph::{run_and_capture, CapturedStep};
+
+#[cfg(feature = "cuda")]
+mod cuda_graph {
+    use anyhow::{bail, Result};
+    use candle_core::cuda::cudarc::driver::{
+        sys::{CUgraphInstantiate_flags, CUstreamCaptureMode},
+        CudaGraph,
+    };
+    use candle_core::Device;
+
+    pub struct CapturedStep(CudaGraph);
+
+    impl CapturedStep {
+        pub fn replay(&self) -> Result<()> {
+            Ok(self.0.launch()?)
+        }
+    }
+
+    /// Runs `step` once for real, then records it into a graph. candle uploads strided ops'
+    /// layouts on every launch; the first run fills its cache of those uploads so that the
+    /// recorded launches read them from device memory, as capture requires.
+    pub fn run_and_capture(device: &Device, step: impl Fn() -> Result<()>) -> Result<CapturedStep> {
+        let Device::Cuda(cuda) = device else {
+            bail!("CUDA graphs need a CUDA device");
+        };
+        let _upload_cache = cuda.enable_cuda_graph_htod_cache();
+        step()?;
+        let stream = cuda.cuda_stream();
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let recorded = step();
+        // Capture must end even when recording failed, or the stream stays unusable.
+        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
+        recorded?;
+        let Some(graph) = graph? else {
+            bail!("the captured decode step is empty");
+        };
+        graph.upload()?;
+        Ok(CapturedStep(graph))
+    }
+}
+
+/// Without the `cuda` feature nothing is captured (`can_capture` is false); these keep the
+/// session's one code path compiling.
+#[cfg(not(feature = "cuda"))]
+struct CapturedStep;
+
+#[cfg(not(feature = "cuda"))]
+impl CapturedStep {
+    fn replay(&self) -> Result<()> {
+        bail!("CUDA graphs need a build with --features cuda")
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_and_capture(_: &candle_core::Device, _: impl Fn() -> Result<()>) -> Result<CapturedStep> {
+    bail!("CUDA graphs need a build with --features cuda")
+}

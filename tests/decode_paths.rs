@@ -1,0 +1,59 @@
+//! Graph decode steps against eager ones over sequences long enough to make the graph path
+//! re-reserve its cache (256 → 512 → 1024 positions) and to wrap the sliding rings many times,
+//! after prompts that end before and after a reservation boundary. Eager decoding is the path the
+//! goldens prove token-exact; here both see the same tokens and must give the same logits.
+
+use candle_core::{DType, Device, Tensor};
+use g4::model::session::{DecodePath, Session};
+use g4::model::source::ModelSource;
+use g4::model::Gemma4;
+
+/// f32 logits of two decode paths differ only by summation order over masked slots.
+const MAX_LOGIT_DIFFERENCE: f32 = 1e-3;
+
+fn embedded_model() -> Gemma4 {
+    let source = ModelSource::Embedded;
+    let checkpoint = source.checkpoint(&Device::Cpu, DType::F32).unwrap();
+    Gemma4::from_checkpoint(source.config().unwrap(), &checkpoint).unwrap()
+}
+
+fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
+}
+
+#[test]
+fn graph_steps_match_eager_steps_across_cache_growth() {
+    let model = embedded_model();
+    let context = model.config().max_position_embeddings;
+    for prompt_len in [5usize, 300] {
+        let prompt: Vec<u32> = (0..prompt_len)
+            .map(|i| 3 + (i * 7919 % 500) as u32)
+            .collect();
+        let mut eager = Session::new(&model, DecodePath::Eager);
+        let mut graph = Session::new(&model, DecodePath::Graph);
+        let mut next = g4::model::gemma4::argmax(eager.prefill(&prompt).unwrap()).unwrap();
+        graph.prefill(&prompt).unwrap();
+        for position in prompt_len..context {
+            let expected = eager.decode(next).unwrap().clone();
+            let got = graph.decode(next).unwrap();
+            let difference = max_difference(&expected, got);
+            assert!(
+                difference <= MAX_LOGIT_DIFFERENCE,
+                "prompt {prompt_len}, position {position}: logits differ by {difference}"
+            );
+            next = g4::model::gemma4::argmax(&expected).unwrap();
+        }
+        assert_eq!(graph.len(), context);
+        assert!(
+            graph.decode(next).is_err(),
+            "a step past the context must be refused"
+        );
+    }
+}
