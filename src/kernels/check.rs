@@ -507,6 +507,9 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
             for (rows, cols, weighted) in [
                 (1, 64, true),
                 (3, 257, true),
+                // The widest row the CUDA kernels hold in registers, and one past it.
+                (2, 8192, true),
+                (1, 8200, true),
                 (5, 2560, true),
                 (4, 33, false),
             ] {
@@ -525,7 +528,7 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
             }
         }
         Op::RmsNormPlusAdd => {
-            for (rows, cols) in [(1, 64), (3, 257), (5, 2560)] {
+            for (rows, cols) in [(1, 64), (3, 257), (2, 8192), (1, 8200), (5, 2560)] {
                 let mut c = Builder::new(device, dtype, rng);
                 let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
                 let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
@@ -537,7 +540,15 @@ fn build_cases(op: Op, device: &Device, dtype: DType, rng: &mut StdRng) -> Resul
             }
         }
         Op::DualRmsNormPlusRes => {
-            for (rows, cols) in [(1, 64), (3, 257), (5, 2560)] {
+            // 5376 is the 31B model's hidden size; 8192 the widest row held in registers.
+            for (rows, cols) in [
+                (1, 64),
+                (3, 257),
+                (2, 8192),
+                (1, 8200),
+                (2, 5376),
+                (5, 2560),
+            ] {
                 let mut c = Builder::new(device, dtype, rng);
                 let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
                 let x = c.uniform(&[rows, cols], -3.0, 3.0)?;

@@ -32,17 +32,23 @@ pub fn elementwise(n: usize) -> Grid {
     }
 }
 
-/// Row elements each thread of the norm kernels holds in registers (`G4_NORM_VALUES`).
-const ROW_VALUES_PER_THREAD: usize = 16;
+/// Row elements a thread of the norm kernels aims to hold, and the most it can
+/// (`G4_NORM_VALUES`).
+const ROW_VALUES_PER_THREAD: usize = 8;
+const ROW_VALUES_MAX: usize = 16;
+
+/// The norm kernels' block size limit (`G4_NORM_MAX_THREADS`, their launch bound): they hold
+/// four rows' worth of values per thread, too many registers for 1024-thread blocks.
+const ROW_MAX_THREADS: usize = 512;
 
 /// One block per row, with enough threads to hold the row in registers; `None` for rows wider
-/// than a 1024-thread block holds.
+/// than a block holds (8192 elements).
 pub fn per_row(rows: usize, cols: usize) -> Option<Grid> {
     let threads = cols
         .div_ceil(ROW_VALUES_PER_THREAD)
         .next_power_of_two()
-        .max(32);
-    (threads <= 1024).then_some(Grid {
+        .clamp(32, ROW_MAX_THREADS);
+    (cols <= threads * ROW_VALUES_MAX).then_some(Grid {
         blocks: rows as u32,
         threads: threads as u32,
     })

@@ -43,6 +43,8 @@ const CUDA_GEMV_MAX_ROWS: usize = 8;
 /// streaming W: about 32 per SM of an H100/H200.
 const WARPS_PER_BLOCK: usize = 8;
 const MIN_WARPS: usize = 4096;
+/// W loads each lane issues before using them (`G4_LINEAR_BATCH`).
+const LOADS_PER_LANE: usize = 8;
 
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
 /// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
@@ -62,10 +64,12 @@ fn cuda_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !aligned(&rows) || !aligned(&w_rows) {
         return composed(x, w);
     }
-    // Narrow projections split each column's K over more warps, so that at least
+    // Each column's K is split over enough warps that every lane issues all its W loads in one
+    // batch (one memory round trip), and narrow projections over more, so that at least
     // `MIN_WARPS` warps stream W.
-    let warps_per_col = MIN_WARPS
-        .div_ceil(n)
+    let one_batch = (k / per_vector).div_ceil(32 * LOADS_PER_LANE);
+    let warps_per_col = one_batch
+        .max(MIN_WARPS.div_ceil(n))
         .next_power_of_two()
         .clamp(1, WARPS_PER_BLOCK);
     let out = empty((m, n), x.dtype(), x.device())?;
