@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench ...]   (default: all three)
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench ...]   (default: probe goldens bench;
+#   g4bench: g4 alone; G4_REFERENCE_TIMEOUT caps the transformers run, default 420 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
@@ -33,6 +34,6 @@ if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
-  timeout 420 python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
+  timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"
 fi
