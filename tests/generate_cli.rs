@@ -81,8 +81,21 @@ fn greedy_output_equals_the_reference_golden_for_the_trained_model() {
     ] {
         let golden = kjv_golden_case(case);
         let n = golden["expected_ids"].as_array().unwrap().len().to_string();
-        for model in [None, Some("golden/kjv-tiny/model")] {
-            let mut args = vec!["--temperature", "0", "-n", &n, "--prompt", prompt];
+        for (model, decode) in [
+            (None, "eager"),
+            (None, "graph"),
+            (Some("golden/kjv-tiny/model"), "auto"),
+        ] {
+            let mut args = vec![
+                "--temperature",
+                "0",
+                "-n",
+                &n,
+                "--prompt",
+                prompt,
+                "--decode",
+                decode,
+            ];
             if let Some(dir) = model {
                 args.extend(["--model", dir]);
             }
@@ -95,7 +108,7 @@ fn greedy_output_equals_the_reference_golden_for_the_trained_model() {
             assert_eq!(
                 ids(&result["token_ids"]),
                 ids(&golden["expected_ids"]),
-                "{case} ({model:?})"
+                "{case} ({model:?}, {decode} decode)"
             );
             assert_eq!(result["text"], golden["expected_text"], "{case}");
         }
@@ -277,6 +290,10 @@ fn every_bad_input_is_one_clear_error_line() {
         (
             vec!["--dtype".into(), "int4".into()],
             "--dtype int4: unsupported compute dtype",
+        ),
+        (
+            vec!["--decode".into(), "sometimes".into()],
+            "--decode sometimes: expected auto, eager or graph",
         ),
     ];
     for (args, needle) in cases {

@@ -134,6 +134,27 @@ fn json_report_parses_and_counts_cases() {
     assert_eq!(case["matched"], case["total"]);
 }
 
+/// The report says which decode path ran; a path the model cannot take fails with the reason.
+#[test]
+fn the_decode_path_is_reported_and_an_impossible_one_is_refused() {
+    let out = g4(&["verify-golden", "--json", "--decode", "graph", "golden/e2b-style"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(report["passed"], 3);
+    assert_eq!(
+        report["goldens"][0]["decode"],
+        "graph (uncaptured: no CUDA graphs here)"
+    );
+
+    let out = g4(&["verify-golden", "--decode", "graph", "golden/moe-keqv"]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("routes tokens to experts on the host") && stdout.contains("--decode eager"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn an_fp8_weight_without_its_scale_is_named() {
     let (_dir, golden) = copy_golden("fp8-moe");
