@@ -39,7 +39,7 @@ fn every_composed_arm_matches_the_f64_reference_in_every_dtype() {
 #[test]
 fn the_check_catches_deliberately_broken_arms() {
     type Broken = fn(&Case) -> Result<Vec<Tensor>>;
-    let mutants: [(Op, &str, Broken); 6] = [
+    let mutants: [(Op, &str, Broken); 8] = [
         (Op::GeluMul, "gate and up swapped", |c| {
             Ok(vec![(c.float(1).gelu()? * c.float(0))?])
         }),
@@ -83,6 +83,25 @@ fn the_check_catches_deliberately_broken_arms() {
             let (w, idx) = g4::kernels::moe_router_topk::composed(c.float(0), c.k, c.float(1))?;
             Ok(vec![(w * 0.9)?, idx])
         }),
+        (
+            Op::Linear,
+            "the last element of K dropped (a tail bug)",
+            |c| {
+                let k = c.float(0).dim(1)?;
+                Ok(vec![g4::kernels::linear::composed(
+                    &c.float(0).narrow(1, 0, k - 1)?,
+                    &c.float(1).narrow(1, 0, k - 1)?,
+                )?])
+            },
+        ),
+        (
+            Op::Argmax,
+            "the largest magnitude instead of the largest value",
+            |c| {
+                let indices = g4::kernels::argmax::composed(&c.float(0).abs()?)?;
+                Ok(vec![c.float(0).gather(&indices.unsqueeze(1)?, 1)?, indices])
+            },
+        ),
     ];
     for (op, what, broken) in mutants {
         let result = check_with(op, &Device::Cpu, DType::F32, 1, &broken).unwrap();

@@ -137,7 +137,13 @@ fn json_report_parses_and_counts_cases() {
 /// The report says which decode path ran; a path the model cannot take fails with the reason.
 #[test]
 fn the_decode_path_is_reported_and_an_impossible_one_is_refused() {
-    let out = g4(&["verify-golden", "--json", "--decode", "graph", "golden/e2b-style"]);
+    let out = g4(&[
+        "verify-golden",
+        "--json",
+        "--decode",
+        "graph",
+        "golden/e2b-style",
+    ]);
     assert!(out.status.success(), "{}", text(&out).1);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     assert_eq!(report["passed"], 3);
@@ -150,7 +156,8 @@ fn the_decode_path_is_reported_and_an_impossible_one_is_refused() {
     let (stdout, _) = text(&out);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stdout.contains("routes tokens to experts on the host") && stdout.contains("--decode eager"),
+        stdout.contains("routes tokens to experts on the host")
+            && stdout.contains("--decode eager"),
         "{stdout}"
     );
 }
