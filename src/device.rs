@@ -134,30 +134,3 @@ fn cuda_memory_in_use() -> Option<u64> {
 fn cuda_memory_in_use() -> Option<u64> {
     None
 }
-
-/// Hands memory that stream-ordered frees left in the CUDA memory pool back to the device (e.g.
-/// the separate gate/up copies after loading stacks them), so that device-wide usage reports
-/// what the model holds. A no-op elsewhere.
-pub fn release_cached_memory(device: &Device) -> Result<()> {
-    match device {
-        Device::Cuda(_) => trim_cuda_pool(device),
-        _ => Ok(()),
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn trim_cuda_pool(device: &Device) -> Result<()> {
-    use candle_core::cuda::cudarc::driver::result;
-    device.synchronize()?;
-    // SAFETY: the ordinal names a device candle opened; the pool is the device's own.
-    unsafe {
-        let dev = result::device::get(device_ordinal(device) as i32)?;
-        result::mem_pool::trim_to(result::device::get_default_mem_pool(dev)?, 0)?;
-    }
-    Ok(())
-}
-
-#[cfg(not(feature = "cuda"))]
-fn trim_cuda_pool(_: &Device) -> Result<()> {
-    Ok(())
-}
