@@ -28,11 +28,27 @@ pub struct KindBuffers {
 pub struct DeviceStep {
     inputs: Tensor,
     window: usize,
+    /// Per layer kind, indexed by `LayerKind as usize`.
     kinds: [KindBuffers; 2],
-    /// Per kind: key slot numbers `0..keys` (u32), and the mask values for open and hidden slots.
-    key_slots: [Tensor; 2],
-    open: [Tensor; 2],
-    hidden: [Tensor; 2],
+    masks: [MaskParts; 2],
+}
+
+/// What one kind's mask is selected from: key slot numbers `0..keys` (u32), and the values of
+/// open and hidden slots.
+struct MaskParts {
+    slots: Tensor,
+    open: Tensor,
+    hidden: Tensor,
+}
+
+impl MaskParts {
+    fn new(keys: usize, device: &Device) -> Result<MaskParts> {
+        Ok(MaskParts {
+            slots: Tensor::arange(0u32, keys as u32, device)?,
+            open: Tensor::zeros(keys, DType::F32, device)?,
+            hidden: Tensor::from_vec(vec![f32::NEG_INFINITY; keys], keys, device)?,
+        })
+    }
 }
 
 /// What a step computes once per layer kind from the device-held position.
@@ -53,20 +69,14 @@ impl DeviceStep {
         window: usize,
         device: &Device,
     ) -> Result<DeviceStep> {
-        // Indexed by `LayerKind as usize`.
-        let kinds = [sliding, full];
-        let per_kind = |f: &dyn Fn(usize) -> candle_core::Result<Tensor>| -> Result<[Tensor; 2]> {
-            Ok([f(kinds[0].keys)?, f(kinds[1].keys)?])
-        };
         Ok(DeviceStep {
             inputs: Tensor::zeros(INPUTS, DType::U32, device)?,
             window,
-            key_slots: per_kind(&|keys| Tensor::arange(0u32, keys as u32, device))?,
-            open: per_kind(&|keys| Tensor::zeros(keys, DType::F32, device))?,
-            hidden: per_kind(&|keys| {
-                Tensor::from_vec(vec![f32::NEG_INFINITY; keys], keys, device)
-            })?,
-            kinds,
+            masks: [
+                MaskParts::new(sliding.keys, device)?,
+                MaskParts::new(full.keys, device)?,
+            ],
+            kinds: [sliding, full],
         })
     }
 
@@ -103,9 +113,11 @@ impl DeviceStep {
         let k = kind as usize;
         let position = self.input(POSITION)?;
         let keys = self.kinds[k].keys;
-        let visible = self.key_slots[k].le(&position.broadcast_as(keys)?)?;
-        let mask = visible
-            .where_cond(&self.open[k], &self.hidden[k])?
+        let parts = &self.masks[k];
+        let mask = parts
+            .slots
+            .le(&position.broadcast_as(keys)?)?
+            .where_cond(&parts.open, &parts.hidden)?
             .reshape((1, keys))?;
         Ok(KindInputs {
             cos: self.kinds[k].rope_cos.index_select(&position, 0)?,

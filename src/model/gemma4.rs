@@ -3,7 +3,7 @@
 
 use super::config::{Config, KvSource, LayerKind, LayerSpec};
 use super::device_step::{DeviceStep, KindInputs};
-use super::kv_cache::{attention_mask, KvCache};
+use super::kv_cache::{attention_mask, AttendKv, KvCache};
 use super::weights::Checkpoint;
 use crate::kernels::{
     attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res,
@@ -254,8 +254,13 @@ impl Gemma4 {
             self.rope_sliding.rows(start, seq)?,
             self.rope_full.rows(start, seq)?,
         ];
-        let hidden =
-            self.decoder_stack(&ids_t, &ple_ids, Positions::Host { start, rope, cache })?;
+        let positions = Positions::Host {
+            start,
+            rope,
+            cache,
+            masks: [None, None],
+        };
+        let hidden = self.decoder_stack(&ids_t, &ple_ids, positions)?;
         cache.advance(seq);
         self.head(&hidden.narrow(1, seq - 1, 1)?)
     }
@@ -271,7 +276,11 @@ impl Gemma4 {
         let hidden = self.decoder_stack(
             &step.token()?,
             &step.ple_token()?,
-            Positions::Device { kinds, cache },
+            Positions::Device {
+                kinds,
+                cache,
+                slot_indices: Vec::new(),
+            },
         )?;
         self.head(&hidden)
     }
@@ -318,60 +327,19 @@ impl Gemma4 {
             .as_ref()
             .map(|ple| ple.inputs(ple_ids, &x, &self.config))
             .transpose()?;
-        let mut masks: [Option<Option<Tensor>>; 2] = match &positions {
-            Positions::Host { .. } => [None, None],
-            Positions::Device { kinds, .. } => kinds.each_ref().map(|k| Some(Some(k.mask.clone()))),
-        };
-        // Cache slot indices shaped like one token's K, per (kind, kv heads, head dim).
-        let mut slot_indices: Vec<((usize, usize, usize), Tensor)> = Vec::new();
         // K/V published by each producer layer for its consumers, in this same call.
         let mut published: Vec<Option<(Tensor, Tensor)>> = vec![None; self.layers.len()];
 
         let mut x = x;
         for (i, layer) in self.layers.iter().enumerate() {
             let kind = layer.spec.kind;
-            let slot = kind as usize;
-            let (cos, sin) = match &positions {
-                Positions::Host { rope, .. } => (&rope[slot].0, &rope[slot].1),
-                Positions::Device { kinds, .. } => (&kinds[slot].cos, &kinds[slot].sin),
-            };
+            let (cos, sin) = positions.rope(kind);
             let h = rms_norm(&x, Some(&layer.input_norm), self.config.rms_norm_eps)?;
             let (q, k, v) = match (&layer.own_kv, layer.spec.kv_source) {
                 (Some(own), _) => {
                     let (q, k, v) =
                         layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
-                    let attend = match &mut positions {
-                        Positions::Host { start, cache, .. } => {
-                            let attend = cache.append(i, &k, &v)?;
-                            if masks[slot].is_none() {
-                                let window = (kind == LayerKind::Sliding)
-                                    .then_some(self.config.sliding_window);
-                                masks[slot] = Some(match &attend.key_positions {
-                                    Some(keys) => {
-                                        attention_mask(*start, seq, keys, window, &self.device)?
-                                    }
-                                    None => None,
-                                });
-                            }
-                            attend
-                        }
-                        Positions::Device { kinds, cache } => {
-                            let key = (slot, layer.spec.kv_heads, layer.spec.head_dim);
-                            let index = match slot_indices.iter().find(|(k, _)| *k == key) {
-                                Some((_, index)) => index.clone(),
-                                None => {
-                                    let index = kinds[slot]
-                                        .slot
-                                        .reshape((1, 1, 1, 1))?
-                                        .broadcast_as(k.shape())?
-                                        .contiguous()?;
-                                    slot_indices.push((key, index.clone()));
-                                    index
-                                }
-                            };
-                            cache.write_slot(i, &k, &v, &index)?
-                        }
-                    };
+                    let attend = positions.store(i, &layer.spec, &k, &v, seq, &self.config)?;
                     published[i] = Some((attend.k.clone(), attend.v.clone()));
                     (q, attend.k, attend.v)
                 }
@@ -386,8 +354,7 @@ impl Gemma4 {
                     bail!("internal: layer {i} owns its K/V but has no projections")
                 }
             };
-            let mask = masks[slot].as_ref().and_then(|m| m.as_ref());
-            let attn = attention(&q, &k, &v, mask, 1.0)?;
+            let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
             let attn = linear(&attn, &layer.o_proj)?;
             let layer_ple = ple.as_ref().map(|p| p.narrow(2, i, 1)).transpose()?;
@@ -416,13 +383,88 @@ enum Positions<'c> {
         start: usize,
         rope: [(Tensor, Tensor); 2],
         cache: &'c mut KvCache,
+        /// Per kind, built from the first append's key positions: `Some(None)` when every key
+        /// is visible to every query.
+        masks: [Option<Option<Tensor>>; 2],
     },
     /// One token whose position is on the device; what each layer kind derives from it. K/V
     /// are written at the device-held slot; the bookkeeping is the caller's.
     Device {
         kinds: [KindInputs; 2],
         cache: &'c KvCache,
+        /// The write slot broadcast to one token's K shape, per (kind, kv heads, head dim).
+        slot_indices: Vec<((LayerKind, usize, usize), Tensor)>,
     },
+}
+
+impl Positions<'_> {
+    fn rope(&self, kind: LayerKind) -> (&Tensor, &Tensor) {
+        match self {
+            Positions::Host { rope, .. } => (&rope[kind as usize].0, &rope[kind as usize].1),
+            Positions::Device { kinds, .. } => {
+                (&kinds[kind as usize].cos, &kinds[kind as usize].sin)
+            }
+        }
+    }
+
+    /// Stores layer `i`'s new K/V `[1, kv_heads, S, D]` and returns what the layer attends with.
+    fn store(
+        &mut self,
+        i: usize,
+        spec: &LayerSpec,
+        k: &Tensor,
+        v: &Tensor,
+        seq: usize,
+        config: &Config,
+    ) -> Result<AttendKv> {
+        let kind = spec.kind;
+        match self {
+            Positions::Host {
+                start,
+                cache,
+                masks,
+                ..
+            } => {
+                let attend = cache.append(i, k, v)?;
+                if masks[kind as usize].is_none() {
+                    let window = (kind == LayerKind::Sliding).then_some(config.sliding_window);
+                    masks[kind as usize] = Some(match &attend.key_positions {
+                        Some(keys) => attention_mask(*start, seq, keys, window, k.device())?,
+                        None => None,
+                    });
+                }
+                Ok(attend)
+            }
+            Positions::Device {
+                kinds,
+                cache,
+                slot_indices,
+            } => {
+                let key = (kind, spec.kv_heads, spec.head_dim);
+                let index = match slot_indices.iter().find(|(k, _)| *k == key) {
+                    Some((_, index)) => index.clone(),
+                    None => {
+                        let index = kinds[kind as usize]
+                            .slot
+                            .reshape((1, 1, 1, 1))?
+                            .broadcast_as(k.shape())?
+                            .contiguous()?;
+                        slot_indices.push((key, index.clone()));
+                        index
+                    }
+                };
+                Ok(cache.write_slot(i, k, v, &index)?)
+            }
+        }
+    }
+
+    /// The additive mask of `kind`'s layers (set by the kind's first `store`), if any.
+    fn mask(&self, kind: LayerKind) -> Option<&Tensor> {
+        match self {
+            Positions::Host { masks, .. } => masks[kind as usize].as_ref().and_then(Option::as_ref),
+            Positions::Device { kinds, .. } => Some(&kinds[kind as usize].mask),
+        }
+    }
 }
 
 fn rope_table(
