@@ -5,11 +5,16 @@ Every golden comes from the reference implementation (HF transformers, float32, 
 never from g4. Usage (a venv outside the repo keeps torch out of the tree):
 
     python3 -m venv /tmp/g4-golden && /tmp/g4-golden/bin/pip install torch==2.11.0 \
-        transformers==5.24.0 safetensors==0.7.0
+        transformers==5.24.0 safetensors==0.8.0
     /tmp/g4-golden/bin/python scripts/make_golden.py [--out golden] [--only NAME ...]
 
 With --trained DIR it instead writes goldens for an existing checkpoint (the embedded default
 model, golden/kjv-tiny), from text prompts encoded with the checkpoint's own tokenizer.
+
+With --chat-fixture it builds golden/chat-fixture: a tiny random-weight model over kjv-tiny's
+tokenizer plus Gemma-4's channel, think and tool markers as special tokens, with the hand-written
+template golden/chat-fixture/model/chat_template.jinja; each case's prompt ids are transformers'
+apply_chat_template of its messages, tools and enable_thinking.
 
 Each variant lands in golden/<name>/: model/ (config.json, safetensors, generation_config.json)
 and golden.json (format g4-golden/1). Together the variants cover every branch of
@@ -339,18 +344,155 @@ def trained_goldens(model_dir, out):
     (out / "golden.json").write_text(json.dumps(golden, indent=1) + "\n")
 
 
+# The markers Gemma-4's tokenizer has as special tokens, beside <|turn> and <turn|>.
+CHAT_MARKERS = ["<|channel>", "<channel|>", "<|think|>", "<|tool>", "<tool|>", "<|tool_call>", "<tool_call|>",
+                "<|tool_response>", "<tool_response|>", '<|"|>']
+VERSE_TOOL = {"type": "function", "function": {
+    "name": "get_verse", "description": "  Look up one verse of the King James Bible. ",
+    "parameters": {"type": "object", "required": ["book", "chapter"], "properties": {
+        "book": {"type": "string", "description": "Book of the Bible", "enum": ["gen", "exo"]},
+        "chapter": {"type": "integer", "description": "Chapter number"},
+        "verse": {"type": "integer"},
+    }},
+}}
+# (case, messages, tools, enable_thinking or None for the template's default)
+CHAT_CASES = [
+    ("one-turn", [{"role": "user", "content": "Ge1:3"}], None, None),
+    ("system", [{"role": "system", "content": "Answer with a verse."}, {"role": "user", "content": "Ge1:3"}],
+     None, None),
+    ("padded", [{"role": "system", "content": "  \tAnswer with a verse.\n "},
+                {"role": "user", "content": "\n  Ge1:3 \t\n"}], None, None),
+    ("think", [{"role": "user", "content": "Ge1:3"}], None, True),
+    ("think-off", [{"role": "user", "content": "Ge1:3"}], None, False),
+    ("multi-turn", [
+        {"role": "user", "content": "Ge1:1"},
+        {"role": "assistant", "content": "<|channel>thought\nThe first verse.\n<channel|>In the beginning God "
+                                         "created the heaven and the earth."},
+        {"role": "user", "content": [{"type": "text", "text": "Ge1:"}, {"type": "text", "text": "2"}]},
+    ], None, None),
+    ("tools", [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Find Ge1:3"}],
+     [VERSE_TOOL], None),
+    ("tool-round-trip", [
+        {"role": "user", "content": "Find Ge1:3"},
+        {"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {
+            "name": "get_verse", "arguments": {"book": "gen", "chapter": 1, "verse": 3}}}]},
+        {"role": "tool", "name": "get_verse", "content": " And God said, Let there be light: and there was light. "},
+    ], [VERSE_TOOL], True),
+]
+CHAT_NEW_TOKENS = 16
+
+
+def split_channels(tokens, tok, open_id, close_id):
+    """Reasoning and answer text of generated tokens: inside <|channel>NAME\n ... <channel|> is reasoning."""
+    parts, state, current = {"reasoning": [], "answer": []}, "answer", []
+    for t in tokens + [None]:
+        if t in (open_id, close_id, None):
+            text = tok.decode(current)
+            if state == "channel":
+                text = text.split("\n", 1)[1] if "\n" in text else ""
+            parts["answer" if state == "answer" else "reasoning"].append(text)
+            state, current = ("channel" if t == open_id else "answer"), []
+        else:
+            current.append(t)
+    return "".join(parts["reasoning"]), "".join(parts["answer"])
+
+
+def chat_fixture(out_root, seed):
+    from tokenizers import AddedToken, Tokenizer
+    from transformers import AutoTokenizer
+
+    out = out_root / "chat-fixture"
+    model_dir = out / "model"
+    template = (model_dir / "chat_template.jinja").read_text()
+    for path in model_dir.iterdir():
+        if path.name != "chat_template.jinja":
+            path.unlink()
+    tok = Tokenizer.from_file(str(out_root / "kjv-tiny/model/tokenizer.json"))
+    tok.add_special_tokens([AddedToken(m, special=True, normalized=False) for m in CHAT_MARKERS])
+    tok.save(str(model_dir / "tokenizer.json"))
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+        "add_bos_token": False, "model_max_length": 512, "tokenizer_class": "PreTrainedTokenizerFast",
+    }, indent=1) + "\n")
+    hf_tok = AutoTokenizer.from_pretrained(model_dir)
+    if hf_tok.chat_template != template:
+        raise SystemExit("transformers did not load chat_template.jinja as the chat template")
+    open_id, close_id = tok.token_to_id("<|channel>"), tok.token_to_id("<channel|>")
+    eos_ids = {1, tok.token_to_id("<turn|>")}
+
+    prompts = []
+    for name, messages, tools, think in CHAT_CASES:
+        kwargs = {} if think is None else {"enable_thinking": think}
+        text = hf_tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs)
+        ids = hf_tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
+                                         return_dict=False, **kwargs)
+        if ids != hf_tok(text, add_special_tokens=False).input_ids:
+            raise SystemExit(f"{name}: tokenize=True and encoding the rendered text disagree")
+        prompts.append((name, messages, tools, think, text, ids))
+
+    vocab = len(tok.get_vocab(with_added_tokens=True))
+    text_cfg = dict(BASE, vocab_size=vocab + 6, vocab_size_per_layer_input=vocab + 6, num_hidden_layers=6,
+                    layer_types=[S, S, F, S, S, F], num_key_value_heads=2, global_head_dim=32,
+                    hidden_size_per_layer_input=8, num_kv_shared_layers=2, max_position_embeddings=512)
+    for attempt in range(100):
+        config = Gemma4TextConfig(**text_cfg)
+        config._attn_implementation = "eager"
+        torch.manual_seed(seed + attempt)
+        model = Gemma4ForCausalLM(config).eval()
+        fill_weights(model, seed + attempt)
+        cases = []
+        for name, messages, tools, think, text, ids in prompts:
+            tokens, logprobs = greedy_with_scores(model, ids, CHAT_NEW_TOKENS)
+            top = [lp.topk(TOP_K) for lp in logprobs]
+            margin = min(float(t.values[0] - t.values[1]) for t in top)
+            # Every case runs its full length in g4 too: no eos among the expected tokens.
+            if margin < MIN_MARGIN or eos_ids & set(tokens):
+                break
+            if cache_free_greedy(model, ids, CHAT_NEW_TOKENS) != tokens:
+                raise SystemExit(f"{name}: HF cached and cache-free greedy disagree; refusing to write a golden")
+            reasoning, answer = split_channels(tokens, tok, open_id, close_id)
+            cases.append({
+                "name": name, "messages": messages, "tools": tools, "enable_thinking": think,
+                "prompt_text": text, "prompt_ids": ids, "expected_ids": tokens,
+                "expected_text": answer, "expected_reasoning": reasoning,
+                "top_logprobs": [[[int(i), round(float(v), 6)] for v, i in zip(t.values, t.indices)] for t in top],
+                "min_margin": round(margin, 6),
+            })
+        if len(cases) == len(prompts):
+            break
+    else:
+        raise SystemExit("no model seed in 100 keeps every chat case above the margin and free of eos")
+    model.save_pretrained(model_dir)
+    golden = {
+        "format": "g4-golden/1",
+        "model": "model",
+        "reference": {"implementation": "transformers", "version": transformers.__version__,
+                      "torch": torch.__version__, "dtype": "float32", "attention": "eager"},
+        "variant": {"name": "chat-fixture", "model_seed": seed + attempt, "text_config": text_cfg},
+        "cases": cases,
+    }
+    (out / "golden.json").write_text(json.dumps(golden, indent=1) + "\n")
+    for c in cases:
+        print(f"{c['name']}: {len(c['prompt_ids'])} prompt tokens, margin {c['min_margin']:.4f}, "
+              f"reasoning {c['expected_reasoning']!r}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="golden", type=Path)
     parser.add_argument("--only", nargs="*", help="variants to (re)build")
     parser.add_argument("--seed", default=1234, type=int)
     parser.add_argument("--trained", type=Path, help="golden folder holding a trained model/ to make goldens for")
+    parser.add_argument("--chat-fixture", action="store_true", help="(re)build golden/chat-fixture")
     args = parser.parse_args()
     if transformers.__version__ != REQUIRED_TRANSFORMERS:
         raise SystemExit(f"transformers {transformers.__version__} found; goldens are pinned to {REQUIRED_TRANSFORMERS}")
     torch.set_grad_enabled(False)
     if args.trained:
         trained_goldens(args.trained / "model", args.trained)
+        return
+    if args.chat_fixture:
+        chat_fixture(args.out, args.seed)
         return
     for i, (name, (overrides, opts)) in enumerate(VARIANTS.items()):
         if args.only and name not in args.only:

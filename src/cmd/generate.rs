@@ -3,10 +3,11 @@
 
 use anyhow::{Context, Result};
 use g4::device::{device_name, dtype_name};
+use g4::model::chat::{self, Chat};
 use g4::model::generation::{self, Request};
 use g4::model::sampling::{Sampler, SamplingParams};
 use g4::model::session::DecodePath;
-use g4::model::tokenizer::Message;
+use g4::model::thinking::Channel;
 use g4::model::Gemma4;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -22,8 +23,13 @@ use std::time::Instant;
 (do_sample, temperature, top_k, top_p, min_p, repetition_penalty); without one, decoding is greedy. \
 Generation stops at the checkpoint's eos ids (config.json, generation_config.json, and <turn|>), \
 at a --stop string, after --max-tokens, or at the end of the model's context. Statistics go to \
-stderr; the text alone goes to stdout."
+stderr; the text alone goes to stdout.
+
+Thinking: text the model writes inside a reasoning channel (<|channel>thought ... <channel|>) is \
+streamed to stderr (dimmed on a terminal), apart from the answer on stdout; --json gives it as \
+\"reasoning\" beside \"text\". Stop strings apply to the answer only."
 )]
+#[command(group = clap::ArgGroup::new("chat_input").args(["chat", "messages"]))]
 pub struct Args {
     #[command(flatten)]
     target: super::ModelArgs,
@@ -38,6 +44,19 @@ pub struct Args {
     /// System prompt for --chat.
     #[arg(long, requires = "chat")]
     system: Option<String>,
+    /// A conversation to continue, rendered by the checkpoint's chat template: a JSON file
+    /// (`-`: standard input) holding a list of {"role": system|user|assistant|tool, "content":
+    /// a string or a list of {"type": "text", "text": ...} parts}.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "system", "chat"])]
+    messages: Option<String>,
+    /// Tool declarations for the chat template (a JSON list of {"type": "function",
+    /// "function": {"name", "description", "parameters"}}); rendered into the prompt only.
+    #[arg(long, value_name = "FILE", requires = "chat_input")]
+    tools: Option<std::path::PathBuf>,
+    /// Let the model think before it answers: sets the chat template's `enable_thinking`
+    /// (left to the template's default, off, without this flag).
+    #[arg(long, requires = "chat_input")]
+    think: bool,
     /// Maximum number of tokens to generate.
     #[arg(long, short = 'n', default_value_t = 128)]
     max_tokens: usize,
@@ -72,6 +91,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let (device, dtype, source) = args.target.resolve()?;
+    let chat = chat_request(&args)?;
     let prompt = read_prompt(&args.prompt)?;
 
     let load_started = Instant::now();
@@ -86,19 +106,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     bar.finish_and_clear();
     let load_time = load_started.elapsed();
 
-    let prompt_ids = if args.chat {
-        let mut messages = Vec::new();
-        if let Some(system) = &args.system {
-            messages.push(Message {
-                role: "system".into(),
-                content: system.clone(),
-            });
+    let prompt_ids = if let Some(mut chat) = chat {
+        if chat.messages.is_empty() {
+            chat = Chat {
+                messages: Chat::from_prompt(args.system.as_deref(), &prompt).messages,
+                ..chat
+            };
         }
-        messages.push(Message {
-            role: "user".into(),
-            content: prompt.clone(),
-        });
-        tokenizer.encode(&tokenizer.apply_chat_template(&messages)?)?
+        tokenizer.encode(&tokenizer.apply_chat_template(&chat)?)?
     } else {
         // Gemma's tokenizer adds no BOS; raw prompts get it here.
         let mut ids = vec![model.config().bos_token_id];
@@ -129,15 +144,41 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
 
     let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr();
+    let dim = stderr.is_terminal();
     let streaming = !args.json;
-    let result = generation::generate(&model, &tokenizer, &mut sampler, &request, &mut |piece| {
-        if streaming {
+    let mut reasoning_shown = false;
+    let result = generation::generate(
+        &model,
+        &tokenizer,
+        &mut sampler,
+        &request,
+        &mut |channel, piece| {
+            if !streaming || piece.is_empty() {
+                return;
+            }
             // A closed pipe (e.g. `| head`) just ends the output.
-            let _ = stdout
-                .write_all(piece.as_bytes())
-                .and_then(|_| stdout.flush());
-        }
-    })?;
+            let _ = match channel {
+                Channel::Answer => stdout
+                    .write_all(piece.as_bytes())
+                    .and_then(|_| stdout.flush()),
+                Channel::Reasoning => {
+                    reasoning_shown = true;
+                    let text = if dim {
+                        format!("\x1b[2m{piece}\x1b[0m")
+                    } else {
+                        piece.to_string()
+                    };
+                    stderr
+                        .write_all(text.as_bytes())
+                        .and_then(|_| stderr.flush())
+                }
+            };
+        },
+    )?;
+    if reasoning_shown {
+        eprintln!();
+    }
 
     let generated = result.token_ids.len();
     let prefill_rate = request.prompt_ids.len() as f64 / result.prefill.as_secs_f64();
@@ -153,6 +194,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "device": device_name(&device),
             "dtype": dtype_name(dtype),
             "text": result.text,
+            "reasoning": result.reasoning,
             "prompt_tokens": request.prompt_ids.len(),
             "generated_tokens": generated,
             "prompt_ids": request.prompt_ids,
@@ -187,6 +229,44 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The chat to render, read and checked before the model loads; `None` for a raw prompt. Its
+/// messages are empty for `--chat`, whose single user turn is the prompt.
+fn chat_request(args: &Args) -> Result<Option<Chat>> {
+    if !args.chat && args.messages.is_none() {
+        return Ok(None);
+    }
+    let messages = match &args.messages {
+        Some(spec) => {
+            let (what, text) = read_file_or_stdin(spec)?;
+            chat::messages_from_json(&what, &text)?
+        }
+        None => Vec::new(),
+    };
+    let tools = match &args.tools {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --tools file {}", path.display()))?;
+            Some(chat::tools_from_json(&path.display().to_string(), &text)?)
+        }
+        None => None,
+    };
+    Ok(Some(Chat {
+        messages,
+        tools,
+        enable_thinking: args.think.then_some(true),
+    }))
+}
+
+/// A file's name and text, or standard input's for `-`.
+fn read_file_or_stdin(spec: &str) -> Result<(String, String)> {
+    if spec == "-" {
+        return Ok(("standard input".to_string(), read_prompt("-")?));
+    }
+    let text = std::fs::read_to_string(spec)
+        .with_context(|| format!("cannot read --messages file {spec}"))?;
+    Ok((spec.to_string(), text))
 }
 
 fn read_prompt(spec: &str) -> Result<String> {

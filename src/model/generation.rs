@@ -3,6 +3,7 @@
 
 use super::sampling::Sampler;
 use super::session::{DecodePath, Session};
+use super::thinking::{Channel, ChannelSplitter};
 use super::tokenizer::TextTokenizer;
 use super::Gemma4;
 use anyhow::{bail, Result};
@@ -38,20 +39,24 @@ impl StopReason {
 }
 
 pub struct Generation {
+    /// The answer: generated text outside reasoning channels.
     pub text: String,
+    /// Text the model wrote inside reasoning channels (`<|channel>thought\n … <channel|>`).
+    pub reasoning: String,
     pub token_ids: Vec<u32>,
     pub stop_reason: StopReason,
     pub prefill: Duration,
     pub decode: Duration,
 }
 
-/// Generates from `request`, calling `on_text` with each piece of final text.
+/// Generates from `request`, calling `on_text` with each piece of final text and its channel.
+/// Stop strings apply to the answer only.
 pub fn generate(
     model: &Gemma4,
     tokenizer: &TextTokenizer,
     sampler: &mut Sampler,
     request: &Request,
-    on_text: &mut dyn FnMut(&str),
+    on_text: &mut dyn FnMut(Channel, &str),
 ) -> Result<Generation> {
     let context = model.config().max_position_embeddings;
     if request.prompt_ids.is_empty() {
@@ -67,7 +72,9 @@ pub fn generate(
     let mut history = request.prompt_ids.clone();
     let mut stream = tokenizer.stream();
     let mut stops = StopMatcher::new(&request.stop_strings);
+    let mut channels = channel_splitter(tokenizer, &request.prompt_ids)?;
     let mut text = String::new();
+    let mut reasoning = String::new();
     let mut token_ids = Vec::new();
 
     let started = Instant::now();
@@ -86,15 +93,26 @@ pub fn generate(
         let piece = stream
             .step(next)
             .map_err(|e| anyhow::anyhow!("cannot decode token {next}: {e}"))?;
-        if let Some(piece) = piece {
-            let (ready, matched) = stops.push(&piece);
-            text.push_str(&ready);
-            on_text(&ready);
-            if matched {
-                stop_reason = StopReason::StopString;
-                break;
+        let mut matched = false;
+        for (channel, piece) in channels.route(piece.as_deref().unwrap_or_default()) {
+            match channel {
+                Channel::Reasoning => {
+                    reasoning.push_str(&piece);
+                    on_text(Channel::Reasoning, &piece);
+                }
+                Channel::Answer => {
+                    let ready;
+                    (ready, matched) = stops.push(&piece);
+                    text.push_str(&ready);
+                    on_text(Channel::Answer, &ready);
+                }
             }
         }
+        if matched {
+            stop_reason = StopReason::StopString;
+            break;
+        }
+        channels.on_token(next);
         if token_ids.len() == request.max_tokens {
             break;
         }
@@ -107,15 +125,29 @@ pub fn generate(
     if stop_reason != StopReason::StopString {
         let rest = stops.flush();
         text.push_str(&rest);
-        on_text(&rest);
+        on_text(Channel::Answer, &rest);
     }
     Ok(Generation {
         text,
+        reasoning,
         token_ids,
         stop_reason,
         prefill,
         decode: decode_started.elapsed(),
     })
+}
+
+/// The channel state the prompt leaves generation in (inside an open thought channel, or not).
+fn channel_splitter(tokenizer: &TextTokenizer, prompt_ids: &[u32]) -> Result<ChannelSplitter> {
+    let markers = tokenizer.channel_markers();
+    let after_open = match markers.open {
+        Some(open) => match prompt_ids.iter().rposition(|&t| t == open) {
+            Some(at) => tokenizer.decode(&prompt_ids[at + 1..])?,
+            None => String::new(),
+        },
+        None => String::new(),
+    };
+    Ok(ChannelSplitter::new(markers, prompt_ids, &after_open))
 }
 
 /// Holds back text that may be the start of a stop string, so that a stop string is never

@@ -1,6 +1,7 @@
 //! The Gemma-4 model: configuration, checkpoint loading, the decoder and its KV cache, the
 //! tokenizer and chat template, sampling and the generation loop.
 
+pub mod chat;
 pub mod config;
 pub mod device_step;
 pub mod gemma4;
@@ -9,6 +10,7 @@ pub mod kv_cache;
 pub mod sampling;
 pub mod session;
 pub mod source;
+pub mod thinking;
 pub mod tokenizer;
 pub mod weights;
 

@@ -1,19 +1,22 @@
 //! The checkpoint's tokenizer (tokenizer.json) and chat template (chat_template.jinja or
-//! tokenizer_config.json's `chat_template`), rendered with minijinja.
+//! tokenizer_config.json's `chat_template`; rendered by `chat`).
 
+use super::chat::{Chat, ChatTemplate};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
-    chat_template: Option<String>,
-    bos_token: String,
-    eos_token: String,
+    chat_template: Option<ChatTemplate>,
+    /// `bos_token`, `eos_token`, … as the template sees them.
+    special_tokens: Vec<(String, String)>,
 }
 
-pub struct Message {
-    pub role: String,
-    pub content: String,
+/// The special tokens that open and close a channel (`<|channel>thought\n … <channel|>`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelMarkers {
+    pub open: Option<u32>,
+    pub close: Option<u32>,
 }
 
 impl TextTokenizer {
@@ -28,8 +31,8 @@ impl TextTokenizer {
         }
         let bytes =
             std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok();
-        let template = std::fs::read_to_string(dir.join("chat_template.jinja")).ok();
+        let config = read_optional(&dir.join("tokenizer_config.json"))?;
+        let template = read_optional(&dir.join("chat_template.jinja"))?;
         TextTokenizer::from_parts(
             &path.display().to_string(),
             &bytes,
@@ -52,17 +55,31 @@ impl TextTokenizer {
                 .with_context(|| format!("{what}: tokenizer_config.json is not valid JSON"))?,
             None => serde_json::Value::Null,
         };
-        let token = |key: &str, default: &str| -> String {
-            match config.get(key) {
-                Some(serde_json::Value::String(s)) => s.clone(),
-                Some(v) => v
+        let token = |key: &str| -> Option<String> {
+            match config.get(key)? {
+                serde_json::Value::String(s) => Some(s.clone()),
+                v => v
                     .get("content")
                     .and_then(|c| c.as_str())
-                    .unwrap_or(default)
-                    .to_string(),
-                None => default.to_string(),
+                    .map(str::to_string),
             }
         };
+        let defaults = [
+            ("bos_token", Some("<bos>")),
+            ("eos_token", Some("<eos>")),
+            ("unk_token", None),
+            ("sep_token", None),
+            ("pad_token", None),
+            ("cls_token", None),
+            ("mask_token", None),
+        ];
+        let special_tokens = defaults
+            .into_iter()
+            .filter_map(|(key, default)| {
+                let value = token(key).or(default.map(str::to_string))?;
+                Some((key.to_string(), value))
+            })
+            .collect();
         let chat_template = chat_template.or_else(|| {
             config
                 .get("chat_template")
@@ -70,11 +87,26 @@ impl TextTokenizer {
                 .map(str::to_string)
         });
         Ok(TextTokenizer {
-            bos_token: token("bos_token", "<bos>"),
-            eos_token: token("eos_token", "<eos>"),
             inner,
-            chat_template,
+            chat_template: chat_template.map(ChatTemplate::new),
+            special_tokens,
         })
+    }
+
+    /// The channel markers, where the vocabulary has them as special tokens.
+    pub fn channel_markers(&self) -> ChannelMarkers {
+        let special = |content: &str| {
+            let id = self.inner.token_to_id(content)?;
+            self.inner
+                .get_added_tokens_decoder()
+                .get(&id)
+                .filter(|t| t.special)
+                .map(|_| id)
+        };
+        ChannelMarkers {
+            open: special("<|channel>"),
+            close: special("<channel|>"),
+        }
     }
 
     /// Fails when the tokenizer can produce ids the model has no embedding for.
@@ -122,34 +154,21 @@ impl TextTokenizer {
     }
 
     /// Renders the checkpoint's chat template with a generation prompt.
-    pub fn apply_chat_template(&self, messages: &[Message]) -> Result<String> {
-        let template = self
-            .chat_template
-            .as_deref()
-            .context("the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json) for --chat")?;
-        let mut env = minijinja::Environment::new();
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    msg,
-                ))
-            },
-        );
-        env.add_template("chat", template)
-            .context("cannot parse the chat template")?;
-        let messages: Vec<minijinja::Value> = messages
-            .iter()
-            .map(|m| minijinja::context! { role => m.role.clone(), content => m.content.clone() })
-            .collect();
-        env.get_template("chat")?
-            .render(minijinja::context! {
-                messages => messages,
-                bos_token => self.bos_token.clone(),
-                eos_token => self.eos_token.clone(),
-                add_generation_prompt => true,
-            })
-            .context("cannot render the chat template")
+    pub fn apply_chat_template(&self, chat: &Chat) -> Result<String> {
+        self.chat_template
+            .as_ref()
+            .context("the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json) for --chat")?
+            .render(chat, &self.special_tokens)
+    }
+}
+
+/// A file's text, `None` when it does not exist; unreadable or non-UTF-8 files are errors.
+fn read_optional(path: &Path) -> Result<Option<String>> {
+    match std::fs::read(path) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("{}: not UTF-8 text ({e})", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
     }
 }
