@@ -3,7 +3,7 @@
 //! repeated, on the device, with the device synchronised around each timed region.
 
 use crate::model::session::{DecodePath, Session};
-use crate::model::{gemma4::argmax, Gemma4};
+use crate::model::{sampling::greedy, Gemma4};
 use anyhow::Result;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
@@ -63,17 +63,17 @@ pub fn measure(
                 let mut session = Session::new(model, decode);
                 model.device().synchronize()?;
                 let started = Instant::now();
-                argmax(session.prefill(&ids)?)?;
+                greedy(session.prefill(&ids)?)?;
                 started.elapsed().as_secs_f64()
             }
             Test::Generate(n) => {
                 let mut session = Session::new(model, decode);
-                let mut next = argmax(session.prefill(&[model.config().bos_token_id])?)?;
+                let mut next = greedy(session.prefill(&[model.config().bos_token_id])?)?;
                 model.device().synchronize()?;
                 let started = Instant::now();
                 for _ in 0..n {
                     // The argmax stays on the device; only the chosen id comes back.
-                    next = argmax(session.decode(next)?)?;
+                    next = greedy(session.decode(next)?)?;
                 }
                 model.device().synchronize()?;
                 started.elapsed().as_secs_f64()

@@ -54,6 +54,19 @@ impl GoldenFile {
             bail!("{}: has no cases", path.display());
         }
         for case in &golden.cases {
+            if case
+                .top_logprobs
+                .as_ref()
+                .is_some_and(|t| t.len() != case.expected_ids.len())
+            {
+                bail!(
+                    "{}: case '{}' records top logprobs for {} steps but expects {} tokens",
+                    path.display(),
+                    case.name,
+                    case.top_logprobs.as_ref().map_or(0, Vec::len),
+                    case.expected_ids.len()
+                );
+            }
             if case.prompt_ids.is_empty() || case.expected_ids.is_empty() {
                 bail!(
                     "{}: case '{}' has an empty prompt or expectation",
@@ -63,6 +76,21 @@ impl GoldenFile {
             }
         }
         Ok(golden)
+    }
+
+    /// Fails when a case names a token the model has no logit for.
+    pub fn check_vocab(&self, path: &Path, vocab_size: usize) -> Result<()> {
+        for case in &self.cases {
+            let ids = case.prompt_ids.iter().chain(&case.expected_ids);
+            if let Some(&id) = ids.clone().find(|&&id| id as usize >= vocab_size) {
+                bail!(
+                    "{}: case '{}' has token id {id}, but the model's vocab_size is {vocab_size}",
+                    path.display(),
+                    case.name
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The checkpoint directory this golden refers to.
@@ -103,23 +131,30 @@ fn collect_dir(dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
         let path = entry?.path();
         if path.is_dir() {
             collect_dir(&path, found)?;
-        } else if path.extension().is_some_and(|e| e == "json") && declares_golden_format(&path) {
+        } else if is_golden_candidate(&path) {
             found.push(path);
         }
     }
     Ok(())
 }
 
-fn declares_golden_format(path: &Path) -> bool {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| {
-            v.get("format")
-                .and_then(|f| f.as_str())
-                .map(|f| f == FORMAT)
-        })
-        .unwrap_or(false)
+/// A `golden.json` is always a golden, so that one that no longer parses fails loudly instead
+/// of disappearing from the run; other `*.json` files are goldens when they declare the format
+/// (checkpoints hold config.json, tokenizer.json and other JSON files).
+fn is_golden_candidate(path: &Path) -> bool {
+    if path.file_name().is_some_and(|n| n == "golden.json") {
+        return true;
+    }
+    path.extension().is_some_and(|e| e == "json")
+        && std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| {
+                v.get("format")
+                    .and_then(|f| f.as_str())
+                    .map(|f| f.starts_with("g4-golden"))
+            })
+            .unwrap_or(false)
 }
 
 /// Where g4 first left the reference's path, and how close it was.
@@ -191,7 +226,9 @@ pub fn run_case(
         generated_ids: Vec::new(),
     };
     for (step, &expected) in case.expected_ids.iter().enumerate() {
-        let got = crate::model::gemma4::argmax(logits)?;
+        crate::model::sampling::check_finite(logits)
+            .with_context(|| format!("case '{}', step {step}", case.name))?;
+        let got = crate::model::sampling::greedy(logits)?;
         if result.divergence.is_none() {
             result.generated_ids.push(got);
         }

@@ -61,36 +61,60 @@ fn every_golden_is_token_exact_in_f32() {
     );
 }
 
+/// Per golden, the lowest bf16 top-1 agreement (teacher-forced, against the f32 reference)
+/// accepted: about 0.15 under what each measured when its floor was set (CPU, 2026-11-30:
+/// kjv-tiny 1.00, chat-fixture 0.90, e2b 0.89, e4b 0.90, fp8-moe 0.81, released-combo 0.64,
+/// moe-keqv 0.58). A golden not listed needs `DEFAULT_BF16_FLOOR`.
+const BF16_FLOORS: [(&str, f64); 7] = [
+    ("kjv-tiny", 0.95),
+    ("chat-fixture", 0.75),
+    ("e2b-style", 0.75),
+    ("e4b-style-bf16", 0.75),
+    ("fp8-moe", 0.65),
+    ("released-combo", 0.5),
+    ("moe-keqv", 0.45),
+];
+const DEFAULT_BF16_FLOOR: f64 = 0.75;
+
 /// bf16 is not expected to be token-exact against an f32 reference on random tiny models, whose
 /// logits are unusually sensitive; a broken bf16 path (wrong rounding of the embedding scale,
-/// softmax in bf16, …) drops far below the agreement measured when this test was written (84%).
+/// softmax in bf16, a broken MoE branch, …) drops far below its golden's floor. Each golden is
+/// judged on its own, so one variant breaking cannot hide behind the others.
 #[test]
-fn bf16_top1_agreement_is_reported_and_stays_high() {
-    let (mut agreed, mut total) = (0, 0);
+fn bf16_top1_agreement_is_reported_and_stays_above_each_goldens_floor() {
+    let mut low = Vec::new();
     for path in committed_goldens() {
+        let name = path
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let (golden, model) = load(&path, DType::BF16);
+        let (mut agreed, mut total) = (0, 0);
         for case in &golden.cases {
             let result = golden::run_case(&model, case, None, DecodePath::Eager).unwrap();
             eprintln!(
-                "bf16 {} / {}: top-1 agreement {}/{}, greedy matches {} steps",
-                path.parent()
-                    .unwrap()
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy(),
-                case.name,
-                result.top1_agreement,
-                result.total,
-                result.matched
+                "bf16 {name} / {}: top-1 agreement {}/{}, greedy matches {} steps",
+                case.name, result.top1_agreement, result.total, result.matched
             );
             agreed += result.top1_agreement;
             total += result.total;
         }
+        let fraction = agreed as f64 / total as f64;
+        let floor = BF16_FLOORS
+            .iter()
+            .find(|(golden, _)| *golden == name)
+            .map_or(DEFAULT_BF16_FLOOR, |&(_, floor)| floor);
+        eprintln!("bf16 {name}: top-1 agreement {agreed}/{total} = {fraction:.3} (floor {floor})");
+        if fraction < floor {
+            low.push(format!("{name} {fraction:.3} < {floor}"));
+        }
     }
-    let fraction = agreed as f64 / total as f64;
-    eprintln!("bf16 overall top-1 agreement: {agreed}/{total} = {fraction:.3}");
     assert!(
-        fraction >= 0.6,
-        "bf16 top-1 agreement fell to {fraction:.3}"
+        low.is_empty(),
+        "bf16 top-1 agreement fell: {}",
+        low.join(", ")
     );
 }

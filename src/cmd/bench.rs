@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use g4::bench::{measure, Test};
 use g4::device::{device_name, dtype_name};
-use g4::model::session::DecodePath;
+use g4::model::session::DecodeChoice;
 use g4::model::Gemma4;
 use serde_json::json;
 use std::process::ExitCode;
@@ -18,8 +18,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_values_t = ["pp512".to_string(), "tg128".to_string()])]
     tests: Vec<String>,
     /// Decode paths to measure side by side, e.g. eager,graph (auto, eager, graph).
-    #[arg(long, value_delimiter = ',', default_values_t = ["auto".to_string()])]
-    decode: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    decode: Vec<DecodeChoice>,
     /// Timed repetitions per test (after one warm-up run).
     #[arg(long, short = 'r', default_value_t = 5)]
     repetitions: usize,
@@ -64,7 +64,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let paths = args
         .decode
         .iter()
-        .map(|spec| DecodePath::parse(spec, &model))
+        .map(|choice| choice.resolve(&model))
         .collect::<Result<Vec<_>>>()?;
     let mut rows = Vec::new();
     for &test in &tests {

@@ -6,7 +6,7 @@ use g4::device::{device_name, dtype_name};
 use g4::model::chat::{self, Chat};
 use g4::model::generation::{self, Request};
 use g4::model::sampling::{Sampler, SamplingParams};
-use g4::model::session::DecodePath;
+use g4::model::session::DecodeChoice;
 use g4::model::thinking::Channel;
 use g4::model::Gemma4;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -34,7 +34,7 @@ pub struct Args {
     #[command(flatten)]
     target: super::ModelArgs,
     #[arg(long, default_value = "auto", help = super::DECODE_HELP)]
-    decode: String,
+    decode: DecodeChoice,
     /// Prompt text; `-` reads it from standard input. Empty: generate from <bos> alone.
     #[arg(long, short, default_value = "")]
     prompt: String,
@@ -140,7 +140,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         max_tokens: args.max_tokens,
         eos_ids,
         stop_strings: args.stop.clone(),
-        decode: DecodePath::parse(&args.decode, &model)?,
+        decode: args.decode.resolve(&model)?,
     };
 
     let mut stdout = std::io::stdout().lock();

@@ -5,7 +5,7 @@
 use anyhow::Result;
 use g4::device::{dtype_name, open_device, parse_dtype};
 use g4::golden::{self, CaseResult, GoldenFile};
-use g4::model::session::DecodePath;
+use g4::model::session::DecodeChoice;
 use g4::model::Gemma4;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ pub struct Args {
     #[arg(long)]
     dtype: Option<String>,
     #[arg(long, default_value = "auto", help = super::DECODE_HELP)]
-    decode: String,
+    decode: DecodeChoice,
     /// Prefill prompts in chunks of this many tokens (checks attention after a non-empty cache).
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -54,19 +54,25 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         args.paths.clone()
     };
-    let files = golden::discover(&paths)?;
-    let device = open_device(&args.device)?;
     if let Some(f) = args.min_agreement {
         anyhow::ensure!(
-            (0.0..=1.0).contains(&f),
-            "--min-agreement {f}: expected a fraction in 0..=1"
+            f > 0.0 && f <= 1.0,
+            "--min-agreement {f}: expected a fraction in (0, 1]"
         );
     }
+    // Every golden is read before anything runs: one that does not parse is an error, never a
+    // golden that silently did not run.
+    let goldens = golden::discover(&paths)?
+        .into_iter()
+        .map(|path| GoldenFile::load(&path).map(|golden| (path, golden)))
+        .collect::<Result<Vec<_>>>()?;
+    let device = open_device(&args.device)?;
 
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     let mut report = Vec::new();
-    for path in &files {
-        let outcome = verify_file(path, &device, &args);
+    for (path, golden) in &goldens {
+        let path = path.as_path();
+        let outcome = verify_file(path, golden, &device, &args);
         match &outcome {
             Outcome::Ran {
                 dtype,
@@ -106,11 +112,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
         report.push(file_json(path, &outcome, args.min_agreement));
     }
 
-    let summary = if skipped > 0 {
+    let mut summary = if skipped > 0 {
         format!("{passed} passed, {failed} failed, {skipped} skipped")
     } else {
         format!("{passed} passed, {failed} failed")
     };
+    if let Some(fraction) = args.min_agreement {
+        summary.push_str(&format!(
+            " (judged by top-1 agreement >= {fraction}, not token-exact)"
+        ));
+    }
     if args.json {
         let value = json!({
             "device": g4::device::device_name(&device),
@@ -130,17 +141,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
         );
         return Ok(ExitCode::from(3));
     }
+    if passed == 0 {
+        eprintln!("verify-golden: nothing was verified (every golden was skipped)");
+        return Ok(ExitCode::from(3));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-fn verify_file(path: &Path, device: &candle_core::Device, args: &Args) -> Outcome {
-    let golden = match GoldenFile::load(path) {
-        Ok(g) => g,
-        Err(e) => return Outcome::Error(super::one_line(&e)),
-    };
+fn verify_file(
+    path: &Path,
+    golden: &GoldenFile,
+    device: &candle_core::Device,
+    args: &Args,
+) -> Outcome {
     let model_dir = golden.model_dir(path);
-    if !model_dir.join("config.json").is_file() {
+    let config = model_dir.join("config.json");
+    if !config.exists() {
         return Outcome::Skipped(format!("checkpoint {} is missing", model_dir.display()));
+    }
+    if !config.is_file() {
+        return Outcome::Error(format!("{} is not a file", config.display()));
     }
     let dtype_spec = args
         .dtype
@@ -149,7 +169,8 @@ fn verify_file(path: &Path, device: &candle_core::Device, args: &Args) -> Outcom
     let result = (|| -> Result<Outcome> {
         let dtype = parse_dtype(&dtype_spec)?;
         let model = Gemma4::load(&model_dir, device, dtype)?;
-        let decode = DecodePath::parse(&args.decode, &model)?;
+        golden.check_vocab(path, model.config().vocab_size)?;
+        let decode = args.decode.resolve(&model)?;
         let cases = golden
             .cases
             .iter()

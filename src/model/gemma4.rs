@@ -731,10 +731,3 @@ impl Moe {
         Ok(acc.to_dtype(residual.dtype())?.reshape((1, seq, hidden))?)
     }
 }
-
-/// Greedy choice on the device: the index of the largest logit.
-pub fn argmax(logits: &Tensor) -> Result<u32> {
-    Ok(crate::kernels::argmax::argmax(logits)?
-        .squeeze(0)?
-        .to_scalar::<u32>()?)
-}

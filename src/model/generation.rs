@@ -6,7 +6,7 @@ use super::session::{DecodePath, Session};
 use super::thinking::{Channel, ChannelSplitter};
 use super::tokenizer::TextTokenizer;
 use super::Gemma4;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -79,7 +79,9 @@ pub fn generate(
 
     let started = Instant::now();
     // Choosing the first token waits for the device, so the prefill time is real.
-    let mut next = sampler.next(session.prefill(&request.prompt_ids)?, &history)?;
+    let mut next = sampler
+        .next(session.prefill(&request.prompt_ids)?, &history)
+        .context("generated token 0")?;
     let prefill = started.elapsed();
     let decode_started = Instant::now();
     let mut stop_reason = StopReason::MaxTokens;
@@ -120,7 +122,9 @@ pub fn generate(
             stop_reason = StopReason::ContextFull;
             break;
         }
-        next = sampler.next(session.decode(next)?, &history)?;
+        next = sampler
+            .next(session.decode(next)?, &history)
+            .with_context(|| format!("generated token {}", token_ids.len()))?;
     }
     if stop_reason != StopReason::StopString {
         let rest = stops.flush();

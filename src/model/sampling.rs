@@ -1,7 +1,7 @@
 //! Choosing the next token: greedy (on the device, without copying the logits to the host) or
 //! sampling with temperature, top-k, top-p, min-p and a repetition penalty, from a seeded RNG.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use candle_core::Tensor;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -31,13 +31,18 @@ impl Sampler {
         }
     }
 
-    /// The next token from f32 logits `[vocab]`, given the tokens so far.
+    /// The next token from f32 logits `[vocab]`, given the tokens so far; non-finite logits
+    /// are an error, never a token.
     pub fn next(&mut self, logits: &Tensor, history: &[u32]) -> Result<u32> {
         let p = &self.params;
         if p.temperature <= 0.0 && p.repeat_penalty == 1.0 {
-            return crate::model::gemma4::argmax(logits);
+            check_finite(logits)?;
+            return greedy(logits);
         }
         let mut values = logits.to_vec1::<f32>()?;
+        if values.iter().any(|v| !v.is_finite()) {
+            bail!(NON_FINITE);
+        }
         if p.repeat_penalty != 1.0 {
             let recent = &history[history.len().saturating_sub(p.repeat_last_n)..];
             let mut seen = std::collections::HashSet::new();
@@ -97,6 +102,29 @@ impl Sampler {
         }
         candidates.last().map_or(0, |c| c.0)
     }
+}
+
+const NON_FINITE: &str =
+    "the model produced non-finite logits (NaN or infinity): its weights hold non-finite values or overflow this dtype";
+
+/// Greedy choice on the device: the index of the largest logit (the first on ties).
+pub fn greedy(logits: &Tensor) -> Result<u32> {
+    Ok(crate::kernels::argmax::argmax(logits)?
+        .squeeze(0)?
+        .to_scalar::<u32>()?)
+}
+
+/// Fails when any logit is NaN or infinite: one sum on the device, whose result is finite
+/// exactly when every term is (softcapped logits cannot overflow it).
+pub fn check_finite(logits: &Tensor) -> Result<()> {
+    let sum = logits
+        .to_dtype(candle_core::DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
+    if !sum.is_finite() {
+        bail!(NON_FINITE);
+    }
+    Ok(())
 }
 
 fn argmax_host(values: &[f32]) -> u32 {

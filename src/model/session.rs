@@ -17,24 +17,50 @@ pub enum DecodePath {
     Graph,
 }
 
-impl DecodePath {
-    /// `auto` picks graph steps where they are captured (CUDA) and the model allows them.
-    pub fn parse(spec: &str, model: &Gemma4) -> Result<DecodePath> {
+/// What the user asked for with `--decode`; resolved against the model once it is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeChoice {
+    Auto,
+    Eager,
+    Graph,
+}
+
+impl DecodeChoice {
+    /// Parses `auto`, `eager` or `graph` (before any model is loaded, so a typo costs nothing).
+    pub fn parse(spec: &str) -> Result<DecodeChoice> {
         match spec {
-            "eager" => Ok(DecodePath::Eager),
-            "graph" if !model.supports_device_step() => bail!(
-                "--decode graph: this model routes tokens to experts on the host, so its decode \
-                 step cannot be captured; use --decode eager"
-            ),
-            "graph" => Ok(DecodePath::Graph),
-            "auto" if model.supports_device_step() && can_capture(model.device()) => {
-                Ok(DecodePath::Graph)
-            }
-            "auto" => Ok(DecodePath::Eager),
+            "auto" => Ok(DecodeChoice::Auto),
+            "eager" => Ok(DecodeChoice::Eager),
+            "graph" => Ok(DecodeChoice::Graph),
             _ => bail!("--decode {spec}: expected auto, eager or graph"),
         }
     }
 
+    /// `auto` picks graph steps where they are captured (CUDA) and the model allows them.
+    pub fn resolve(self, model: &Gemma4) -> Result<DecodePath> {
+        match self {
+            DecodeChoice::Eager => Ok(DecodePath::Eager),
+            DecodeChoice::Graph if !model.supports_device_step() => bail!(
+                "--decode graph: this model routes tokens to experts on the host, so its decode \
+                 step cannot be captured; use --decode eager"
+            ),
+            DecodeChoice::Graph => Ok(DecodePath::Graph),
+            DecodeChoice::Auto if model.supports_device_step() && can_capture(model.device()) => {
+                Ok(DecodePath::Graph)
+            }
+            DecodeChoice::Auto => Ok(DecodePath::Eager),
+        }
+    }
+}
+
+impl std::str::FromStr for DecodeChoice {
+    type Err = anyhow::Error;
+    fn from_str(spec: &str) -> Result<DecodeChoice> {
+        DecodeChoice::parse(spec)
+    }
+}
+
+impl DecodePath {
     pub fn name(self, device: &candle_core::Device) -> &'static str {
         match self {
             DecodePath::Eager => "eager",
