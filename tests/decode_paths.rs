@@ -38,7 +38,7 @@ fn graph_steps_match_eager_steps_across_cache_growth() {
             .collect();
         let mut eager = Session::new(&model, DecodePath::Eager);
         let mut graph = Session::new(&model, DecodePath::Graph);
-        let mut next = g4::model::gemma4::argmax(eager.prefill(&prompt).unwrap()).unwrap();
+        let mut next = g4::model::sampling::greedy(eager.prefill(&prompt).unwrap()).unwrap();
         graph.prefill(&prompt).unwrap();
         for position in prompt_len..context {
             let expected = eager.decode(next).unwrap().clone();
@@ -48,7 +48,7 @@ fn graph_steps_match_eager_steps_across_cache_growth() {
                 difference <= MAX_LOGIT_DIFFERENCE,
                 "prompt {prompt_len}, position {position}: logits differ by {difference}"
             );
-            next = g4::model::gemma4::argmax(&expected).unwrap();
+            next = g4::model::sampling::greedy(&expected).unwrap();
         }
         assert_eq!(graph.len(), context);
         assert!(
