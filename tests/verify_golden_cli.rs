@@ -127,7 +127,8 @@ fn a_missing_checkpoint_is_skipped_loudly_and_fails_unless_allowed() {
 /// it must never silently drop out of a directory run.
 #[test]
 fn an_unreadable_golden_in_a_directory_is_an_error_naming_it() {
-    let edits: [(&str, fn(&str) -> String, &str); 3] = [
+    type Edit = fn(&str) -> String;
+    let edits: [(&str, Edit, &str); 3] = [
         (
             "truncated",
             |t| t[..t.len() / 2].to_string(),
