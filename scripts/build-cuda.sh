@@ -39,8 +39,12 @@ ln -sf "$CU13/lib/libcurand.so.10" "$LINKS/libcurand.so"
 
 # The libcuda stub: every cu* driver symbol cudarc can call, as an empty function.
 if [ ! -f "$LINKS/libcuda.so" ]; then
-  bindings="$(ls -d "$HOME"/.cargo/registry/src/*/cudarc-*/src/driver/sys 2>/dev/null | head -1)"
-  if [ -z "$bindings" ]; then cargo fetch -q; bindings="$(ls -d "$HOME"/.cargo/registry/src/*/cudarc-*/src/driver/sys | head -1)"; fi
+  # A fresh machine has no registry sources yet: under `set -o pipefail` a failing ls would end
+  # the script here, so its absence is tested, then fetched.
+  find_bindings() { compgen -G "$HOME/.cargo/registry/src/*/cudarc-*/src/driver/sys" | head -1 || true; }
+  bindings="$(find_bindings)"
+  if [ -z "$bindings" ]; then cargo fetch -q; bindings="$(find_bindings)"; fi
+  [ -n "$bindings" ] || { echo "build-cuda: cudarc's driver bindings not found after cargo fetch" >&2; exit 1; }
   grep -rhoE '\bcu[A-Z][A-Za-z0-9_]*\b' "$bindings" | sort -u \
     | awk '{ printf "void %s(void) {}\n", $1 }' > "$LINKS/libcuda_stub.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$LINKS/libcuda.so" "$LINKS/libcuda_stub.c"

@@ -256,6 +256,16 @@ fn every_bad_input_is_one_clear_error_line() {
     )
     .unwrap();
     let long_prompt = "and the LORD said ".repeat(300);
+    let bad_defaults = broken.join("bad-defaults");
+    std::fs::create_dir_all(&bad_defaults).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(broken.join(f), bad_defaults.join(f)).unwrap();
+    }
+    std::fs::write(
+        bad_defaults.join("generation_config.json"),
+        r#"{"do_sample": true, "top_p": 2.0}"#,
+    )
+    .unwrap();
 
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let cases: Vec<(Vec<String>, &str)> = vec![
@@ -295,7 +305,39 @@ fn every_bad_input_is_one_clear_error_line() {
             vec!["--decode".into(), "sometimes".into()],
             "--decode sometimes: expected auto, eager or graph",
         ),
+        (
+            vec!["--model".into(), s(&bad_defaults)],
+            "generation_config.json: top_p = 2 is not valid: expected a number in (0, 1]",
+        ),
     ];
+    let flag_cases = [
+        (
+            "--temperature",
+            ["-1", "NaN", "inf", "-inf"].as_slice(),
+            "expected a finite number >= 0",
+        ),
+        (
+            "--top-p",
+            &["2", "-0.5", "NaN", "0"],
+            "expected a number in (0, 1]",
+        ),
+        (
+            "--min-p",
+            &["2", "-1", "NaN"],
+            "expected a number in [0, 1]",
+        ),
+        (
+            "--repeat-penalty",
+            &["0", "-1", "NaN", "inf"],
+            "expected a finite number > 0",
+        ),
+    ];
+    let mut cases = cases;
+    for (flag, values, needle) in flag_cases {
+        for value in values {
+            cases.push((vec![flag.into(), value.to_string()], needle));
+        }
+    }
     for (args, needle) in cases {
         if needle.contains("--features cuda") && cfg!(feature = "cuda") {
             continue;

@@ -269,3 +269,131 @@ fn non_finite_logits_fail_the_gate_and_stop_generation() {
         }
     }
 }
+
+/// Rewrites a safetensors header: `edit` gets the header's entries in order (name, JSON) and
+/// returns the entries to write; the data section is kept as it is.
+fn edit_header(
+    file: &Path,
+    edit: impl Fn(Vec<(String, serde_json::Value)>) -> Vec<(String, serde_json::Value)>,
+) {
+    let bytes = std::fs::read(file).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let entries = edit(header.into_iter().collect());
+    let text = format!(
+        "{{{}}}",
+        entries
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", serde_json::Value::from(k.as_str())))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend(text.as_bytes());
+    out.extend(&bytes[8 + n..]);
+    std::fs::write(file, out).unwrap();
+}
+
+fn verify_fails_naming(golden: &Path, needle: &str) {
+    let out = g4(&["verify-golden", golden.to_str().unwrap()]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{needle}: {stdout}{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stdout.contains(needle), "expected '{needle}' in: {stdout}");
+}
+
+#[test]
+fn hostile_safetensors_headers_are_refused_naming_the_tensor() {
+    const NORM: &str = "model.layers.1.self_attn.q_norm.weight";
+    let (_dir, golden) = copy_golden("e2b-style");
+    edit_header(&golden.join("model/model.safetensors"), |mut entries| {
+        let first = entries
+            .iter()
+            .find(|(k, _)| k != "__metadata__")
+            .unwrap()
+            .clone();
+        entries.push(first);
+        entries
+    });
+    verify_fails_naming(&golden, "lists tensor");
+
+    let (_dir, golden) = copy_golden("e2b-style");
+    edit_header(&golden.join("model/model.safetensors"), |entries| {
+        entries
+            .into_iter()
+            .map(|(k, mut v)| {
+                if k == NORM {
+                    v["shape"] = serde_json::json!([17]);
+                }
+                (k, v)
+            })
+            .collect()
+    });
+    verify_fails_naming(
+        &golden,
+        &format!("tensor {NORM}: shape [17] of F32 needs 68 bytes, but its data_offsets"),
+    );
+
+    let (_dir, golden) = copy_golden("fp8-moe");
+    let scale = "model.layers.1.mlp.up_proj.weight_scale";
+    edit_header(&golden.join("model/model.safetensors"), |entries| {
+        entries
+            .into_iter()
+            .map(|(k, mut v)| {
+                if k == scale {
+                    v["dtype"] = serde_json::json!("I32");
+                }
+                (k, v)
+            })
+            .collect()
+    });
+    verify_fails_naming(&golden, &format!("scale {scale} is stored as I32"));
+}
+
+/// With an index, its weight_map says where each tensor is: a tensor in another shard, or in
+/// two, is refused; without an index, a tensor in two files is refused too.
+#[test]
+fn shards_must_agree_with_the_index_and_never_repeat_a_tensor() {
+    let shards = |golden: &Path| -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(golden.join("model"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        files
+    };
+    let load = |file: &Path| candle_core::safetensors::load(file, &Device::Cpu).unwrap();
+    // Copies one tensor of the first shard into the last one, negated.
+    let plant_copy = |golden: &Path| -> String {
+        let files = shards(golden);
+        let (first, last) = (&files[0], &files[files.len() - 1]);
+        let source = load(first);
+        let name = source.keys().next().unwrap().clone();
+        let mut target = load(last);
+        target.insert(name.clone(), source[&name].neg().unwrap());
+        candle_core::safetensors::save(&target, last).unwrap();
+        name
+    };
+    let (_dir, golden) = copy_golden("moe-keqv");
+    let name = plant_copy(&golden);
+    verify_fails_naming(&golden, &format!("tensor {name} is in"));
+
+    let (_dir, golden) = copy_golden("moe-keqv");
+    std::fs::remove_file(golden.join("model/model.safetensors.index.json")).unwrap();
+    let name = plant_copy(&golden);
+    verify_fails_naming(&golden, &format!("tensor {name} is stored twice"));
+
+    // Moved, not copied: the index still places it in its old shard.
+    let (_dir, golden) = copy_golden("moe-keqv");
+    let files = shards(&golden);
+    let mut first = load(&files[0]);
+    let name = first.keys().next().unwrap().clone();
+    let moved = first.remove(&name).unwrap();
+    candle_core::safetensors::save(&first, &files[0]).unwrap();
+    let mut last = load(&files[files.len() - 1]);
+    last.insert(name.clone(), moved);
+    candle_core::safetensors::save(&last, &files[files.len() - 1]).unwrap();
+    verify_fails_naming(&golden, &format!("tensor {name} is in"));
+}

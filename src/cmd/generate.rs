@@ -61,19 +61,19 @@ pub struct Args {
     #[arg(long, short = 'n', default_value_t = 128)]
     max_tokens: usize,
     /// Sampling temperature; 0 is greedy.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| sampling_value("temperature", s))]
     temperature: Option<f64>,
     /// Keep only the k most likely tokens (0: off).
     #[arg(long)]
     top_k: Option<usize>,
     /// Keep the smallest set of tokens whose probability reaches p (1.0: off).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| sampling_value("top_p", s))]
     top_p: Option<f64>,
     /// Drop tokens less likely than min_p × the most likely one (0: off).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| sampling_value("min_p", s))]
     min_p: Option<f64>,
     /// Penalise tokens seen in the last --repeat-last-n tokens (1.0: off).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = |s: &str| sampling_value("repetition_penalty", s).map(|p| p as f32))]
     repeat_penalty: Option<f32>,
     /// How many recent tokens --repeat-penalty looks at.
     #[arg(long, default_value_t = 64)]
@@ -257,6 +257,14 @@ fn chat_request(args: &Args) -> Result<Option<Chat>> {
         tools,
         enable_thinking: args.think.then_some(true),
     }))
+}
+
+/// A sampling flag's number, range-checked as generation_config.json's fields are.
+fn sampling_value(name: &str, text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("'{text}' is not a number"))?;
+    g4::model::sampling::ranges::check(name, value)
 }
 
 /// A file's name and text, or standard input's for `-`.

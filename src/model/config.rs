@@ -216,9 +216,24 @@ impl Config {
             num_attention_heads,
             intermediate_size,
         )?;
-        let sliding_window = fields.usize_or("sliding_window", 512)?;
+        let max_position_embeddings = fields.usize_or("max_position_embeddings", 131072)?;
+        if max_position_embeddings == 0 {
+            bail!("max_position_embeddings must be positive");
+        }
+        // A window at least as long as the context hides nothing: the ring never needs more.
+        let sliding_window = fields
+            .usize_or("sliding_window", 512)?
+            .min(max_position_embeddings);
         if sliding_window == 0 {
             bail!("sliding_window must be positive");
+        }
+        let rms_norm_eps = fields.f64_or("rms_norm_eps", 1e-6)?;
+        if rms_norm_eps <= 0.0 {
+            bail!("rms_norm_eps = {rms_norm_eps} must be positive");
+        }
+        let final_logit_softcapping = fields.optional_f64("final_logit_softcapping")?;
+        if final_logit_softcapping.is_some_and(|c| c <= 0.0) {
+            bail!("final_logit_softcapping must be positive (or null for none)");
         }
 
         // Token ids: the multimodal wrapper carries eos at top level (the -it models list 1 and 106).
@@ -246,10 +261,10 @@ impl Config {
             hidden_size,
             intermediate_size,
             num_attention_heads,
-            rms_norm_eps: fields.f64_or("rms_norm_eps", 1e-6)?,
+            rms_norm_eps,
             sliding_window,
-            max_position_embeddings: fields.usize_or("max_position_embeddings", 131072)?,
-            final_logit_softcapping: fields.optional_f64("final_logit_softcapping")?,
+            max_position_embeddings,
+            final_logit_softcapping,
             tie_word_embeddings: match root.get("tie_word_embeddings").filter(|v| !v.is_null()) {
                 Some(_) => Fields(root).bool_or("tie_word_embeddings", true)?,
                 None => fields.bool_or("tie_word_embeddings", true)?,
@@ -277,19 +292,62 @@ impl Config {
     }
 }
 
-/// g4 reads compressed-tensors FP8 (e4m3 weights with per-row scales); other schemes would load
-/// as garbage, so they are refused by name.
+/// g4 reads compressed-tensors FP8: e4m3 weights (8-bit floats) with one scale per output row,
+/// static and symmetric. Any other scheme would load as garbage, so it is refused by name.
 fn check_quantization(config: Option<&Value>) -> Result<()> {
     let Some(config) = config.filter(|v| !v.is_null()) else {
         return Ok(());
     };
-    match config.get("quant_method").and_then(Value::as_str) {
-        Some("compressed-tensors") => Ok(()),
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    match text(config.get("quant_method")).as_deref() {
+        Some("compressed-tensors") => {}
         Some(other) => bail!(
             "quantization_config.quant_method '{other}' is not supported (g4 reads compressed-tensors FP8 checkpoints)"
         ),
         None => bail!("quantization_config has no quant_method"),
     }
+    if let Some(format) = text(config.get("format")) {
+        if format != "float-quantized" && format != "naive-quantized" {
+            bail!("quantization_config.format '{format}' is not supported (g4 reads float-quantized FP8)");
+        }
+    }
+    let groups = config
+        .get("config_groups")
+        .and_then(Value::as_object)
+        .filter(|g| !g.is_empty())
+        .context("quantization_config has no config_groups")?;
+    for (group, spec) in groups {
+        let at = format!("quantization_config.config_groups.{group}.weights");
+        let weights = spec
+            .get("weights")
+            .and_then(Value::as_object)
+            .with_context(|| format!("{at} is missing"))?;
+        let expect = |key: &str, want: &Value| -> Result<()> {
+            match weights.get(key) {
+                Some(v) if v == want => Ok(()),
+                Some(v) => bail!(
+                    "{at}.{key} = {v} is not supported (g4 reads FP8 e4m3 with {key} = {want})"
+                ),
+                None => Ok(()),
+            }
+        };
+        expect("num_bits", &Value::from(8))?;
+        expect("type", &Value::from("float"))?;
+        expect("strategy", &Value::from("channel"))?;
+        expect("symmetric", &Value::from(true))?;
+        expect("dynamic", &Value::from(false))?;
+        if weights.get("group_size").is_some_and(|g| !g.is_null()) {
+            bail!("{at}.group_size is set: block-wise scales are not supported (g4 reads one scale per row)");
+        }
+    }
+    if let Some(activations) = groups
+        .values()
+        .filter_map(|g| g.get("input_activations"))
+        .find(|a| !a.is_null())
+    {
+        bail!("quantization_config: quantised input activations ({activations}) are not supported");
+    }
+    Ok(())
 }
 
 fn check_model_type(text: &Map<String, Value>) -> Result<()> {
@@ -375,7 +433,7 @@ fn rope_specs(fields: &Fields) -> Result<(RopeSpec, RopeSpec)> {
             "proportional" => true,
             other => bail!("rope_parameters.{key}.rope_type '{other}' is not supported (expected default or proportional)"),
         };
-        Ok(RopeSpec {
+        let spec = RopeSpec {
             theta: f
                 .f64_or("rope_theta", default.theta)
                 .with_context(|| format!("rope_parameters.{key}"))?,
@@ -386,7 +444,14 @@ fn rope_specs(fields: &Fields) -> Result<(RopeSpec, RopeSpec)> {
             factor: f
                 .f64_or("factor", 1.0)
                 .with_context(|| format!("rope_parameters.{key}"))?,
-        })
+        };
+        if spec.theta <= 0.0 || spec.factor <= 0.0 {
+            bail!("rope_parameters.{key}: rope_theta and factor must be positive");
+        }
+        if !(spec.partial_rotary_factor > 0.0 && spec.partial_rotary_factor <= 1.0) {
+            bail!("rope_parameters.{key}.partial_rotary_factor must be in (0, 1]");
+        }
+        Ok(spec)
     };
     Ok((
         parse("sliding_attention", default_sliding)?,
@@ -406,7 +471,7 @@ fn layer_specs(
     let k_eq_v = fields.bool_or("attention_k_eq_v", false)?;
     // With `per_layer_config` (≥5.15 era) the flat global fields are ignored, as the reference
     // ignores them: full layers take exactly what their entry overrides.
-    let overrides = per_layer_overrides(fields)?;
+    let overrides = per_layer_overrides(fields, num_layers)?;
     let (global_head_dim, global_kv_heads) = match &overrides {
         Some(_) => (head_dim, kv_heads),
         None => (
@@ -481,6 +546,7 @@ struct LayerOverride {
 /// The ≥5.15 `per_layer_config`: `{"<layer index>": {"head_dim": g, "num_key_value_heads": k}}`.
 fn per_layer_overrides(
     fields: &Fields,
+    num_layers: usize,
 ) -> Result<Option<std::collections::HashMap<usize, LayerOverride>>> {
     let mut out = std::collections::HashMap::new();
     let Some(map) = fields.0.get("per_layer_config").filter(|v| !v.is_null()) else {
@@ -492,7 +558,11 @@ fn per_layer_overrides(
     for (key, entry) in map {
         let index: usize = key
             .parse()
-            .with_context(|| format!("per_layer_config key '{key}' is not a layer index"))?;
+            .ok()
+            .filter(|&i| i < num_layers)
+            .with_context(|| {
+                format!("per_layer_config key '{key}' is not a layer index below {num_layers}")
+            })?;
         let entry = entry
             .as_object()
             .with_context(|| format!("per_layer_config.{key} must be an object"))?;
@@ -525,6 +595,24 @@ fn token_ids(name: &str, value: Option<&Value>, default: u32) -> Result<Vec<u32>
     }
 }
 
+/// Upper bounds of config sizes, far above every Gemma-4 model and far below what would
+/// exhaust memory before a weight is read (a hostile or corrupt config.json must fail cleanly).
+const SIZE_LIMITS: [(&str, usize); 11] = [
+    ("num_hidden_layers", 1024),
+    ("num_attention_heads", 1024),
+    ("num_key_value_heads", 1024),
+    ("num_global_key_value_heads", 1024),
+    ("num_kv_shared_layers", 1024),
+    ("head_dim", 8192),
+    ("global_head_dim", 8192),
+    ("num_experts", 4096),
+    ("top_k_experts", 4096),
+    ("max_position_embeddings", 1 << 21),
+    // Clamped to the context instead: any longer window means "no window".
+    ("sliding_window", usize::MAX),
+];
+const DEFAULT_SIZE_LIMIT: usize = 1 << 24;
+
 /// Typed access to config fields with the field named in every error.
 struct Fields<'a>(&'a Map<String, Value>);
 
@@ -533,14 +621,22 @@ impl Fields<'_> {
         self.0.get(name).filter(|v| !v.is_null())
     }
 
+    /// A size or count, bounded (`SIZE_LIMITS`) before anything is allocated from it.
     fn optional_usize(&self, name: &str) -> Result<Option<usize>> {
-        self.present(name)
-            .map(|v| {
-                v.as_u64()
-                    .map(|n| n as usize)
-                    .with_context(|| format!("{name} must be a non-negative integer, got {v}"))
-            })
-            .transpose()
+        let Some(v) = self.present(name) else {
+            return Ok(None);
+        };
+        let n = v
+            .as_u64()
+            .with_context(|| format!("{name} must be a non-negative integer, got {v}"))?;
+        let limit = SIZE_LIMITS
+            .iter()
+            .find(|(field, _)| *field == name)
+            .map_or(DEFAULT_SIZE_LIMIT, |&(_, limit)| limit);
+        if n > limit as u64 {
+            bail!("{name} = {n} is beyond any Gemma-4 model (g4 accepts at most {limit})");
+        }
+        Ok(Some(n as usize))
     }
 
     fn usize_or(&self, name: &str, default: usize) -> Result<usize> {
@@ -615,6 +711,99 @@ mod tests {
 
     fn error(v: Value) -> String {
         format!("{:#}", Config::from_json(&v).unwrap_err())
+    }
+
+    #[test]
+    fn hostile_sizes_are_refused_before_anything_is_allocated() {
+        for (field, value, needle) in [
+            (
+                "num_hidden_layers",
+                json!(u64::MAX),
+                "num_hidden_layers = 18446744073709551615 is beyond",
+            ),
+            (
+                "num_hidden_layers",
+                json!(1_000_000_000u64),
+                "g4 accepts at most 1024",
+            ),
+            (
+                "hidden_size",
+                json!(1u64 << 40),
+                "hidden_size = 1099511627776 is beyond",
+            ),
+            (
+                "max_position_embeddings",
+                json!(1u64 << 40),
+                "max_position_embeddings",
+            ),
+            (
+                "rms_norm_eps",
+                json!(-1.0),
+                "rms_norm_eps = -1 must be positive",
+            ),
+            (
+                "final_logit_softcapping",
+                json!(0.0),
+                "final_logit_softcapping must be positive",
+            ),
+            (
+                "per_layer_config",
+                json!({"900": {"head_dim": 32}}),
+                "not a layer index below 6",
+            ),
+        ] {
+            let e = error(text(json!({ field: value })));
+            assert!(e.contains(needle), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn quantisation_schemes_other_than_fp8_per_row_are_refused_by_name() {
+        let fp8 = |weights: Value| {
+            json!({"quant_method": "compressed-tensors", "format": "float-quantized",
+                   "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}})
+        };
+        let good = json!({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false});
+        assert!(
+            Config::from_json(&text(json!({"quantization_config": fp8(good.clone())}))).is_ok()
+        );
+        let mut cases = vec![
+            (
+                json!({"quant_method": "gptq"}),
+                "quant_method 'gptq'".to_string(),
+            ),
+            (
+                json!({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}}),
+                "format 'pack-quantized'".to_string(),
+            ),
+        ];
+        for (key, value) in [
+            ("num_bits", json!(4)),
+            ("type", json!("int")),
+            ("strategy", json!("block")),
+            ("symmetric", json!(false)),
+        ] {
+            let mut weights = good.clone();
+            weights[key] = value;
+            cases.push((fp8(weights), format!("weights.{key} =")));
+        }
+        let mut weights = good.clone();
+        weights["group_size"] = json!(128);
+        cases.push((fp8(weights), "block-wise scales".to_string()));
+        for (quant, needle) in cases {
+            let e = error(text(json!({"quantization_config": quant})));
+            assert!(e.contains(&needle), "{needle}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_window_longer_than_the_context_is_the_context() {
+        let c = parse(text(
+            json!({"sliding_window": 1_000_000_000_000u64, "max_position_embeddings": 512}),
+        ));
+        assert_eq!(c.sliding_window, 512);
+        let c = parse(text(json!({"sliding_window": u64::MAX})));
+        assert_eq!(c.sliding_window, c.max_position_embeddings);
     }
 
     #[test]

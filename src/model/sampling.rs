@@ -18,6 +18,25 @@ pub struct SamplingParams {
     pub seed: u64,
 }
 
+/// The valid range of each sampling parameter, shared by the flags and generation_config.json.
+pub mod ranges {
+    /// Checks `value` of `name` against its range; the message says which values are valid.
+    pub fn check(name: &str, value: f64) -> Result<f64, String> {
+        let (ok, valid) = match name {
+            "temperature" => (value >= 0.0, "a finite number >= 0 (0 is greedy)"),
+            "top_p" => (value > 0.0 && value <= 1.0, "a number in (0, 1]"),
+            "min_p" => ((0.0..=1.0).contains(&value), "a number in [0, 1]"),
+            "repetition_penalty" => (value > 0.0, "a finite number > 0 (1 is off)"),
+            _ => (true, ""),
+        };
+        if value.is_finite() && ok {
+            Ok(value)
+        } else {
+            Err(format!("{value} is not valid: expected {valid}"))
+        }
+    }
+}
+
 pub struct Sampler {
     params: SamplingParams,
     rng: StdRng,

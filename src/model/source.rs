@@ -50,16 +50,27 @@ impl GenerationDefaults {
             Some(id) => id.as_u64().map(|i| vec![i as u32]).unwrap_or_default(),
             None => Vec::new(),
         };
+        // Out-of-range values are errors naming the file and field, as the flags' are.
+        let number = |field: &str| -> Result<Option<f64>> {
+            match v.get(field).filter(|x| !x.is_null()) {
+                None => Ok(None),
+                Some(x) => {
+                    let value = x
+                        .as_f64()
+                        .with_context(|| format!("{what}: {field} must be a number, got {x}"))?;
+                    crate::model::sampling::ranges::check(field, value)
+                        .map(Some)
+                        .map_err(|e| anyhow::anyhow!("{what}: {field} = {e}"))
+                }
+            }
+        };
         Ok(GenerationDefaults {
             do_sample: v.get("do_sample").and_then(Value::as_bool),
-            temperature: v.get("temperature").and_then(Value::as_f64),
+            temperature: number("temperature")?,
             top_k: v.get("top_k").and_then(Value::as_u64).map(|k| k as usize),
-            top_p: v.get("top_p").and_then(Value::as_f64),
-            min_p: v.get("min_p").and_then(Value::as_f64),
-            repetition_penalty: v
-                .get("repetition_penalty")
-                .and_then(Value::as_f64)
-                .map(|p| p as f32),
+            top_p: number("top_p")?,
+            min_p: number("min_p")?,
+            repetition_penalty: number("repetition_penalty")?.map(|p| p as f32),
             eos_token_ids,
         })
     }

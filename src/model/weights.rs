@@ -58,8 +58,15 @@ impl Checkpoint {
     pub fn open(dir: &Path, device: &Device, dtype: DType) -> Result<Checkpoint> {
         let mut files = Vec::new();
         let mut total_bytes = 0;
-        for path in shard_paths(dir)? {
+        let (paths, weight_map) = shard_paths(dir)?;
+        for path in paths {
+            let file = std::fs::File::open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
             // SAFETY: the file is mapped read-only; g4 never writes checkpoints it has open.
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .with_context(|| format!("cannot map {}", path.display()))?;
+            check_header(&map).with_context(|| format!("{}", path.display()))?;
+            // SAFETY: as above.
             let mapped = unsafe { MmapedSafetensors::new(&path) }.map_err(|e| {
                 anyhow::anyhow!(
                     "{}: not a valid safetensors file: {}",
@@ -69,6 +76,9 @@ impl Checkpoint {
             })?;
             total_bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
             files.push((path, Source::Mapped(mapped)));
+        }
+        if let Some((index, weight_map)) = &weight_map {
+            check_weight_map(index, weight_map, &files)?;
         }
         Checkpoint::index(
             files,
@@ -86,6 +96,7 @@ impl Checkpoint {
         device: &Device,
         dtype: DType,
     ) -> Result<Checkpoint> {
+        check_header(bytes).with_context(|| format!("embedded {name}"))?;
         let slice = SliceSafetensors::new(bytes).map_err(|e| {
             anyhow::anyhow!(
                 "embedded {name}: not a valid safetensors file: {}",
@@ -104,9 +115,15 @@ impl Checkpoint {
         dtype: DType,
     ) -> Result<Checkpoint> {
         let mut location = HashMap::new();
-        for (i, (_, source)) in files.iter().enumerate() {
+        for (i, (path, source)) in files.iter().enumerate() {
             for name in source.names() {
-                location.insert(name, i);
+                if let Some(first) = location.insert(name.clone(), i) {
+                    bail!(
+                        "tensor {name} is stored twice: in {} and in {}",
+                        files[first].0.display(),
+                        path.display()
+                    );
+                }
             }
         }
         let prefix = PREFIXES
@@ -233,18 +250,160 @@ impl Checkpoint {
             .get(full_name)
             .context("scale listed but not found")?;
         let (path, source) = &self.files[file];
-        source
-            .load(full_name)
-            .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|e| {
-                anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
-            })
+        let stored = source.load(full_name).map_err(|e| {
+            anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
+        })?;
+        if !matches!(stored.dtype(), DType::F32 | DType::BF16 | DType::F16) {
+            bail!(
+                "{}: scale {full_name} is stored as {:?}; FP8 scales must be f32, bf16 or f16",
+                path.display(),
+                stored.dtype()
+            );
+        }
+        Ok(stored.to_dtype(DType::F32)?)
     }
 }
 
-/// The checkpoint's safetensors files: those listed by the shard index when there is one,
-/// else `model.safetensors`, else every `*.safetensors` in the folder.
-fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+/// Checks a safetensors header tensor by tensor, naming the tensor in every error: no name
+/// twice (a JSON parser would silently keep the last entry), a known dtype, and data offsets
+/// that match the shape and stay inside the file.
+fn check_header(bytes: &[u8]) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        dtype: String,
+        shape: Vec<usize>,
+        data_offsets: [usize; 2],
+    }
+    struct Entries(Vec<(String, serde_json::Value)>);
+    impl<'de> serde::Deserialize<'de> for Entries {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Entries, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Entries;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object of tensors")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Entries, A::Error> {
+                    let mut entries = Vec::new();
+                    while let Some(name) = map.next_key::<String>()? {
+                        entries.push((name, map.next_value()?));
+                    }
+                    Ok(Entries(entries))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    let length = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("eight bytes")))
+        .context("not a valid safetensors file: shorter than its 8-byte header length")?;
+    let header_end = usize::try_from(length)
+        .ok()
+        .and_then(|n| 8usize.checked_add(n))
+        .filter(|&end| end <= bytes.len())
+        .with_context(|| {
+            format!("not a valid safetensors file: its header claims {length} bytes, past the end of the file")
+        })?;
+    let Entries(entries) = serde_json::from_slice(&bytes[8..header_end])
+        .map_err(|e| anyhow::anyhow!("not a valid safetensors file: header: {e}"))?;
+    let data_len = bytes.len() - header_end;
+    let mut seen = std::collections::HashSet::new();
+    for (name, value) in entries {
+        if !seen.insert(name.clone()) {
+            bail!("the safetensors header lists tensor {name} twice");
+        }
+        if name == "__metadata__" {
+            continue;
+        }
+        let entry: Entry = serde_json::from_value(value)
+            .map_err(|e| anyhow::anyhow!("tensor {name}: malformed header entry: {e}"))?;
+        let size = match entry.dtype.as_str() {
+            "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+            "U16" | "I16" | "F16" | "BF16" => 2,
+            "U32" | "I32" | "F32" => 4,
+            "U64" | "I64" | "F64" => 8,
+            other => bail!("tensor {name}: unknown dtype {other}"),
+        };
+        let [begin, end] = entry.data_offsets;
+        let expected = entry
+            .shape
+            .iter()
+            .try_fold(size, |n: usize, &d| n.checked_mul(d));
+        let invalid =
+            |why: String| anyhow::anyhow!("not a valid safetensors file: tensor {name}: {why}");
+        if end < begin {
+            return Err(invalid(format!(
+                "data_offsets [{begin}, {end}] run backwards"
+            )));
+        }
+        if end > data_len {
+            return Err(invalid(format!(
+                "its data ends at byte {end}, past the {data_len}-byte data section (a truncated file?)"
+            )));
+        }
+        if expected != Some(end - begin) {
+            return Err(invalid(format!(
+                "shape {:?} of {} needs {} bytes, but its data_offsets [{begin}, {end}] hold {}",
+                entry.shape,
+                entry.dtype,
+                expected.map_or("more than 2^64".to_string(), |n| n.to_string()),
+                end - begin
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The index's `weight_map` and the shards must agree: every tensor where the index places
+/// it, and no tensor the index does not place.
+fn check_weight_map(
+    index: &Path,
+    weight_map: &HashMap<String, PathBuf>,
+    files: &[(PathBuf, Source)],
+) -> Result<()> {
+    for (path, source) in files {
+        let names = source.names();
+        for name in &names {
+            match weight_map.get(name) {
+                Some(placed) if placed == path => {}
+                Some(placed) => bail!(
+                    "{}: tensor {name} is in {}, but {} places it in {}",
+                    path.display(),
+                    file_name(path),
+                    file_name(index),
+                    file_name(placed)
+                ),
+                None => bail!(
+                    "{}: tensor {name} is not in the weight_map of {}",
+                    path.display(),
+                    file_name(index)
+                ),
+            }
+        }
+    }
+    for (name, placed) in weight_map {
+        let in_file = files
+            .iter()
+            .any(|(path, source)| path == placed && source.names().iter().any(|n| n == name));
+        if !in_file {
+            bail!(
+                "{}: places tensor {name} in {}, which does not hold it",
+                index.display(),
+                file_name(placed)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The checkpoint's safetensors files — those listed by the shard index when there is one
+/// (with its name → file map), else `model.safetensors`, else every `*.safetensors` in the folder.
+#[allow(clippy::type_complexity)]
+fn shard_paths(dir: &Path) -> Result<(Vec<PathBuf>, Option<(PathBuf, HashMap<String, PathBuf>)>)> {
     if !dir.is_dir() {
         bail!("{}: model directory not found", dir.display());
     }
@@ -258,10 +417,16 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
             .get("weight_map")
             .and_then(|m| m.as_object())
             .with_context(|| format!("{}: no weight_map object", index.display()))?;
-        let mut names: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
-        names.sort_unstable();
-        names.dedup();
-        let paths: Vec<PathBuf> = names.into_iter().map(|n| dir.join(n)).collect();
+        let mut weight_map = HashMap::new();
+        for (name, shard) in map {
+            let shard = shard.as_str().with_context(|| {
+                format!("{}: weight_map.{name} is not a file name", index.display())
+            })?;
+            weight_map.insert(name.clone(), dir.join(shard));
+        }
+        let mut paths: Vec<PathBuf> = weight_map.values().cloned().collect();
+        paths.sort_unstable();
+        paths.dedup();
         if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
             bail!(
                 "{}: lists shard {} which does not exist",
@@ -269,11 +434,11 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
                 missing.display()
             );
         }
-        return Ok(paths);
+        return Ok((paths, Some((index, weight_map))));
     }
     let single = dir.join("model.safetensors");
     if single.is_file() {
-        return Ok(vec![single]);
+        return Ok((vec![single], None));
     }
     let mut all: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
@@ -284,7 +449,7 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
     if all.is_empty() {
         bail!("{}: no *.safetensors files", dir.display());
     }
-    Ok(all)
+    Ok((all, None))
 }
 
 fn file_name(path: &Path) -> String {
