@@ -3,7 +3,7 @@
 //! contract — including that the selected arm it reports is the one the model runs.
 
 use candle_core::{DType, Device, Result, Tensor};
-use g4::kernels::check::{check_arm, check_with, dtypes, Case};
+use g4::kernels::check::{check_arm, check_with, Case};
 use g4::kernels::{arm_for, Arm, Backend, Op};
 use std::process::Command;
 
@@ -13,7 +13,7 @@ const SEEDS: [u64; 3] = [1, 2, 3];
 fn every_composed_arm_matches_the_f64_reference_in_every_dtype() {
     let mut failures = Vec::new();
     for op in Op::ALL {
-        for &dtype in dtypes(op) {
+        for &dtype in op.contract().dtypes() {
             for seed in SEEDS {
                 let result = check_arm(op, Arm::Composed, &Device::Cpu, dtype, seed).unwrap();
                 assert!(
@@ -35,77 +35,117 @@ fn every_composed_arm_matches_the_f64_reference_in_every_dtype() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Broken stand-ins for real arms: the same check probe-ops runs must reject each of them.
+/// Every op declares broken stand-ins for its arms; the same check probe-ops runs must reject
+/// each of them (an output left unwritten included: native outputs are poisoned while checked).
 #[test]
-fn the_check_catches_deliberately_broken_arms() {
-    type Broken = fn(&Case) -> Result<Vec<Tensor>>;
-    let mutants: [(Op, &str, Broken); 8] = [
-        (Op::GeluMul, "gate and up swapped", |c| {
-            Ok(vec![(c.float(1).gelu()? * c.float(0))?])
-        }),
-        (Op::RmsNorm, "epsilon 1e-2 instead of 1e-6", |c| {
-            let weight = (c.float_count() > 1).then(|| c.float(1));
-            Ok(vec![g4::kernels::rms_norm::composed(
-                c.float(0),
-                weight,
-                1e-2,
-            )?])
-        }),
-        (Op::RmsNorm, "Gemma-3 style (1 + w) weight", |c| {
-            if c.float_count() == 1 {
-                return Ok(vec![g4::kernels::rms_norm::composed(
-                    c.float(0),
-                    None,
-                    c.eps,
-                )?]);
+fn the_check_catches_every_ops_deliberately_broken_arms() {
+    let mut passed = Vec::new();
+    for op in Op::ALL {
+        let contract = op.contract();
+        assert!(
+            !contract.mutants().is_empty(),
+            "{} declares no mutant",
+            op.name()
+        );
+        for mutant in contract.mutants() {
+            let result = check_with(contract, &Device::Cpu, DType::F32, 1, &mutant.run).unwrap();
+            if result.ok {
+                passed.push(format!("{} with {}", op.name(), mutant.what));
             }
-            let w = (c.float(1).to_dtype(DType::F32)? + 1.0)?.to_dtype(c.float(1).dtype())?;
-            Ok(vec![g4::kernels::rms_norm::composed(
-                c.float(0),
-                Some(&w),
-                c.eps,
-            )?])
-        }),
-        (Op::Attention, "1/sqrt(d) scaling", |c| {
-            let d = c.float(0).dim(3)? as f64;
-            Ok(vec![g4::kernels::attention::composed(
-                c.float(0),
-                c.float(1),
-                c.float(2),
-                Some(c.raw(0)),
-                d.powf(-0.5),
-            )?])
-        }),
-        (Op::Softcap, "tanh without the cap", |c| {
-            Ok(vec![c.float(0).tanh()?])
-        }),
-        (Op::MoeRouterTopk, "no renormalisation after top-k", |c| {
-            let (w, idx) = g4::kernels::moe_router_topk::composed(c.float(0), c.k, c.float(1))?;
-            Ok(vec![(w * 0.9)?, idx])
-        }),
-        (
-            Op::Linear,
-            "the last element of K dropped (a tail bug)",
-            |c| {
-                let k = c.float(0).dim(1)?;
-                Ok(vec![g4::kernels::linear::composed(
-                    &c.float(0).narrow(1, 0, k - 1)?,
-                    &c.float(1).narrow(1, 0, k - 1)?,
-                )?])
-            },
-        ),
-        (
-            Op::Argmax,
-            "the largest magnitude instead of the largest value",
-            |c| {
-                let indices = g4::kernels::argmax::composed(&c.float(0).abs()?)?;
-                Ok(vec![c.float(0).gather(&indices.unsqueeze(1)?, 1)?, indices])
-            },
-        ),
-    ];
-    for (op, what, broken) in mutants {
-        let result = check_with(op, &Device::Cpu, DType::F32, 1, &broken).unwrap();
-        assert!(!result.ok, "{} with {what} passed the check", op.name());
+        }
+    }
+    assert!(
+        passed.is_empty(),
+        "broken arms passed the check: {passed:#?}"
+    );
+}
+
+/// Rule 6: each range of shapes a native arm hands elsewhere is named in the contract and
+/// covered by a check case.
+#[test]
+fn every_shape_path_is_covered_by_a_check_case() {
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
+    for op in Op::ALL {
+        let contract = op.contract();
+        let cases = contract.cases(&Device::Cpu, DType::F32, &mut rng).unwrap();
+        for path in contract.shape_paths() {
+            assert!(
+                cases.iter().any(|c| c.label == path.case),
+                "{}: no check case '{}' for shapes {}",
+                op.name(),
+                path.case,
+                path.shapes
+            );
+        }
+    }
+}
+
+/// A new op needs only its contract: this one, written here, goes through the same harness,
+/// and the compiler insists on every item of `OpContract`.
+#[test]
+fn a_new_op_is_checked_from_its_contract_alone() {
+    use g4::kernels::check::Builder;
+    use g4::kernels::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+    use g4::kernels::NativeKernel;
+
+    /// `y = 2x + 1`.
+    struct AffineToy;
+    impl OpContract for AffineToy {
+        fn dtypes(&self) -> &'static [DType] {
+            FLOATS
+        }
+        fn tolerance(&self) -> ToleranceClass {
+            ToleranceClass::RoundsOnce
+        }
+        fn native_kernels(&self) -> &'static [NativeKernel] {
+            &[]
+        }
+        fn shape_paths(&self) -> &'static [ShapePath] {
+            &[]
+        }
+        fn model_use(&self) -> ModelUse {
+            ModelUse::NotYet("a test's toy")
+        }
+        fn cases(
+            &self,
+            device: &Device,
+            dtype: DType,
+            rng: &mut rand::rngs::StdRng,
+        ) -> Result<Vec<Case>> {
+            let mut cases = Vec::new();
+            for n in [1, 7, 300] {
+                let mut c = Builder::new(device, dtype, rng);
+                let x = c.uniform(&[n], -2.0, 2.0)?;
+                let expected = x.iter().map(|v| 2.0 * v + 1.0).collect();
+                cases.push(c.finish(format!("[{n}]"), expected));
+            }
+            Ok(cases)
+        }
+        fn run(&self, _arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+            Ok(vec![c.float(0).affine(2.0, 1.0)?])
+        }
+        fn mutants(&self) -> &'static [Mutant] {
+            &[Mutant {
+                what: "no offset",
+                run: |c| Ok(vec![c.float(0).affine(2.0, 0.0)?]),
+            }]
+        }
+    }
+    for &dtype in AffineToy.dtypes() {
+        let result = check_with(&AffineToy, &Device::Cpu, dtype, 7, &|c| {
+            AffineToy.run(Arm::Composed, c)
+        })
+        .unwrap();
+        assert!(result.ok, "{dtype:?}: {:?}", result.failure);
+        let broken = check_with(
+            &AffineToy,
+            &Device::Cpu,
+            dtype,
+            7,
+            &AffineToy.mutants()[0].run,
+        )
+        .unwrap();
+        assert!(!broken.ok);
     }
 }
 
@@ -118,7 +158,14 @@ fn a_kernel_that_writes_outside_its_output_is_caught() {
             .slice_set(&c.float(0).zeros_like()?.narrow(0, 0, 1)?, 0, 0)?;
         Ok(vec![out])
     };
-    let result = check_with(Op::Softcap, &Device::Cpu, DType::F32, 1, &scribbler).unwrap();
+    let result = check_with(
+        Op::Softcap.contract(),
+        &Device::Cpu,
+        DType::F32,
+        1,
+        &scribbler,
+    )
+    .unwrap();
     assert!(!result.ok);
     assert!(result.failure.unwrap().contains("wrote outside its output"));
 }
@@ -200,4 +247,25 @@ fn probe_rejects_an_unknown_op_by_name() {
         stderr.contains("--op flash_attn: unknown op") && stderr.contains("rms_norm"),
         "{stderr}"
     );
+}
+
+/// Ops that run in f32 only (argmax, moe_zero) are reported as not applicable to a bf16 or f16
+/// probe, never a crash.
+#[test]
+fn a_dtype_an_op_does_not_run_in_is_reported_not_applicable() {
+    for dtype in ["bf16", "f16"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
+            .args(["probe-ops", "--json", "--dtype", dtype, "--op", "argmax"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{dtype}: {stderr}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let argmax = &report["ops"][0];
+        assert_eq!(argmax["op"], "argmax");
+        assert_eq!(
+            argmax["not_applicable"], "argmax runs in f32 only",
+            "{dtype}"
+        );
+    }
 }

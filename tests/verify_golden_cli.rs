@@ -397,3 +397,141 @@ fn shards_must_agree_with_the_index_and_never_repeat_a_tensor() {
     candle_core::safetensors::save(&last, &files[files.len() - 1]).unwrap();
     verify_fails_naming(&golden, &format!("tensor {name} is in"));
 }
+
+#[test]
+fn no_goldens_at_all_is_an_error_not_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = g4(&["verify-golden", dir.path().to_str().unwrap()]);
+    let (_, stderr) = text(&out);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr.contains("no golden files found"), "{stderr}");
+}
+
+#[test]
+fn json_report_parses_and_counts_cases() {
+    let out = g4(&["verify-golden", "--json", "golden/moe-keqv"]);
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(report["passed"], 3);
+    assert_eq!(report["failed"], 0);
+    let case = &report["goldens"][0]["cases"][0];
+    assert_eq!(case["token_exact"], true);
+    assert_eq!(case["matched"], case["total"]);
+}
+
+/// The report says which decode path ran; a path the model cannot take fails with the reason.
+#[test]
+fn the_decode_path_is_reported_and_an_impossible_one_is_refused() {
+    let out = g4(&[
+        "verify-golden",
+        "--json",
+        "--decode",
+        "graph",
+        "golden/e2b-style",
+    ]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(report["passed"], 3);
+    assert_eq!(
+        report["goldens"][0]["decode"],
+        "graph (uncaptured: no CUDA graphs here)"
+    );
+
+    let out = g4(&["verify-golden", "--decode", "graph", "golden/moe-keqv"]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("routes tokens to experts on the host")
+            && stdout.contains("--decode eager"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_fp8_weight_without_its_scale_is_named() {
+    let (_dir, golden) = copy_golden("fp8-moe");
+    let file = golden.join("model/model.safetensors");
+    let mut tensors = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+    tensors
+        .remove("model.layers.1.mlp.up_proj.weight_scale")
+        .unwrap();
+    candle_core::safetensors::save(&tensors, &file).unwrap();
+    let out = g4(&["verify-golden", golden.to_str().unwrap()]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("FP8 tensor model.layers.1.mlp.up_proj.weight has no model.layers.1.mlp.up_proj.weight_scale"),
+        "{stdout}"
+    );
+}
+
+/// Each broken checkpoint gives one FAIL line that names what is wrong, and exit 1.
+#[test]
+fn broken_checkpoints_fail_with_the_file_and_tensor_named() {
+    type Break = fn(&Path);
+    let cases: [(&str, Break, &str); 5] = [
+        (
+            "missing tensor",
+            |m| {
+                let file = m.join("model.safetensors");
+                let mut t = candle_core::safetensors::load(&file, &Device::Cpu).unwrap();
+                t.remove("model.layers.2.mlp.up_proj.weight");
+                candle_core::safetensors::save(&t, &file).unwrap();
+            },
+            "missing tensor model.layers.2.mlp.up_proj.weight",
+        ),
+        (
+            "wrong shape",
+            |m| {
+                rewrite_tensor(
+                    &m.join("model.safetensors"),
+                    "model.layers.1.self_attn.q_norm.weight",
+                    |t| t.narrow(0, 0, 8).unwrap(),
+                )
+            },
+            "tensor model.layers.1.self_attn.q_norm.weight has shape [8], expected [16]",
+        ),
+        (
+            "truncated file",
+            |m| {
+                let file = m.join("model.safetensors");
+                let bytes = std::fs::read(&file).unwrap();
+                std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+            },
+            "model.safetensors: not a valid safetensors file",
+        ),
+        (
+            "malformed config",
+            |m| std::fs::write(m.join("config.json"), "{\"hidden_size\": 64,").unwrap(),
+            "config.json: not valid JSON",
+        ),
+        (
+            "bad config value",
+            |m| {
+                let file = m.join("config.json");
+                let text = std::fs::read_to_string(&file).unwrap().replace(
+                    "\"num_attention_heads\": 4",
+                    "\"num_attention_heads\": \"four\"",
+                );
+                std::fs::write(file, text).unwrap();
+            },
+            "num_attention_heads must be a non-negative integer",
+        ),
+    ];
+    for (what, break_it, needle) in cases {
+        let (_dir, golden) = copy_golden("e2b-style");
+        break_it(&golden.join("model"));
+        let out = g4(&["verify-golden", golden.to_str().unwrap()]);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {stdout}{stderr}");
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL "))
+            .unwrap_or_else(|| panic!("{what}: {stdout}"));
+        assert!(
+            line.contains(needle),
+            "{what}: expected '{needle}' in: {line}"
+        );
+    }
+}

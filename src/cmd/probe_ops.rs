@@ -129,12 +129,14 @@ fn print_table(
     );
     let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
     for report in reports {
+        if let Some(why) = &report.not_applicable {
+            println!("{:<26} {:<10} not checked: {why}", report.op, "-");
+            continue;
+        }
         let mut cell = |backend: &str| -> String {
-            let arm = report
-                .arms
-                .iter()
-                .find(|a| a.backend == backend)
-                .expect("every backend is reported");
+            let Some(arm) = report.arms.iter().find(|a| a.backend == backend) else {
+                return "-".to_string();
+            };
             match (&arm.check, arm.reason_kind) {
                 (Some(check), _) => {
                     let verdict = if check.ok { "ok" } else { "FAIL" };
@@ -173,6 +175,25 @@ fn print_table(
                     report.op, arm.backend, failure.0, failure.1
                 );
             }
+        }
+    }
+    let paths: Vec<_> = reports
+        .iter()
+        .flat_map(|r| r.shape_paths.iter().map(move |p| (r.op, p)))
+        .collect();
+    if !paths.is_empty() {
+        println!();
+        println!("shapes the native arms hand to another path (each covered by a check case):");
+        for (op, path) in paths {
+            println!("  {op}: {} -> {}", path.shapes, path.path);
+        }
+    }
+    for report in reports {
+        if let g4::kernels::contract::ModelUse::NotYet(why) = report.model_use {
+            println!(
+                "  {} is checked but not called by the model yet: {why}",
+                report.op
+            );
         }
     }
     if perf {

@@ -1,8 +1,12 @@
 //! `argmax`: the index of each row's largest value, the first one on ties — greedy decoding on
 //! the device, so that only the chosen id comes back to the host, not 262,144 logits.
 
-use super::{arm_for, missing_dispatch, Arm, Backend, Op};
-use candle_core::{DType, Result, Tensor, D};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass};
+use super::native::{self, NativeKernel};
+use super::{arm_for, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor, D};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::Argmax;
 
@@ -20,8 +24,7 @@ pub fn argmax_on(arm: Arm, x: &Tensor) -> Result<Tensor> {
     };
     match arm {
         Arm::Composed => composed(&rows),
-        Arm::Native(Backend::Cuda) => cuda_fwd(&rows),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(&rows),
     }
 }
 
@@ -34,8 +37,8 @@ const CHUNK: usize = 4096;
 
 /// CUDA arm: each block reduces a chunk of a row to (max, first index), then one block per row
 /// merges the chunks (src/kernels/cuda/argmax.cu).
-fn cuda_fwd(x: &Tensor) -> Result<Tensor> {
-    use super::cuda_launch::{empty, kernel_name, launch, Arg, Grid};
+fn native_fwd(x: &Tensor) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, Arg, Grid};
     let x = x.contiguous()?;
     let (rows, n) = x.dims2()?;
     let chunks = n.div_ceil(CHUNK).max(1);
@@ -88,4 +91,67 @@ pub fn reference(x: &[f64], n: usize) -> Vec<u32> {
             best as u32
         })
         .collect()
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        &[DType::F32]
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsOnce
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_F32
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+        // One row of logits-sized vocabulary, several short rows (ties go to the first).
+        for (rows, n) in [(1, 262_144), (3, 1000), (2, 7)] {
+            let mut c = Builder::new(device, dtype, rng);
+            let x = c.uniform(&[rows, n], -30.0, 30.0)?;
+            let indices = reference(&x, n);
+            let maxima = indices
+                .iter()
+                .enumerate()
+                .map(|(r, &i)| x[r * n + i as usize])
+                .collect();
+            let mut case = c.finish(format!("[{rows}, {n}]"), maxima);
+            case.expected_indices = Some(indices);
+            cases.push(case);
+        }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        // The chosen indices, and the values there (which must be the row maxima).
+        let indices = argmax_on(arm, f(0))?;
+        let values = f(0).gather(&indices.unsqueeze(1)?, 1)?;
+        Ok(vec![values, indices])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[Mutant {
+            what: "the largest magnitude instead of the largest value",
+            run: |c| {
+                let indices = composed(&c.float(0).abs()?)?;
+                Ok(vec![c.float(0).gather(&indices.unsqueeze(1)?, 1)?, indices])
+            },
+        }]
+    }
 }

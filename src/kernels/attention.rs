@@ -3,8 +3,12 @@
 //! rules arrive as an additive f32 mask `[S, T]` (absent when every key is visible, as in decode).
 //! Softmax runs in f32, as the reference's eager attention does.
 
-use super::{arm_for, missing_dispatch, Arm, Backend, Op};
-use candle_core::{DType, Result, Tensor};
+use super::{arm_for, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::rngs::StdRng;
+use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::Attention;
 
@@ -30,8 +34,7 @@ pub fn attention_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(q, k, v, mask, scale),
-        Arm::Native(Backend::Cuda) => cuda_fwd(q, k, v, mask, scale),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(q, k, v, mask, scale),
     }
 }
 
@@ -73,6 +76,8 @@ pub fn composed(
 /// Query blocks longer than this go through cuBLAS GEMMs: the row kernel re-reads K/V per query
 /// and measured 2.2× slower than the GEMM path for a 512-token E4B prefill on the H200.
 const CUDA_KERNEL_MAX_QUERIES: usize = 16;
+/// The widest head the native kernel holds per lane (Gemma-4's largest is 512).
+const NATIVE_MAX_HEAD_DIM: usize = 512;
 
 /// Keys per chunk of the split-K kernel, and the blocks to aim for: a decode step has only one
 /// query row per head, so its keys are what spreads the work over the GPU's SMs.
@@ -83,22 +88,22 @@ const TARGET_BLOCKS: usize = 512;
 /// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
 /// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, the same math as cuBLAS
 /// batched GEMMs.
-fn cuda_fwd(
+fn native_fwd(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    use super::cuda_launch::{empty, kernel_name, launch, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
     if seq > CUDA_KERNEL_MAX_QUERIES {
         return composed(q, k, v, mask, scale);
     }
     let q = q.contiguous()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
-    if head_dim > 512 {
-        candle_core::bail!("the CUDA attention arm supports head_dim up to 512, got {head_dim}");
+    if head_dim > NATIVE_MAX_HEAD_DIM {
+        return composed(&q, k, v, mask, scale);
     }
     // Rows must be contiguous and the batch dim must collapse into the head dim.
     let fits = |t: &Tensor| {
@@ -212,4 +217,130 @@ pub fn reference(
         }
     }
     out
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsIntermediate
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[
+            ShapePath {
+                shapes: "up to 16 queries, head_dim up to 512",
+                path: "native: split-K over the keys with an online softmax, K/V read in place",
+                case: "q[8×1×512] kv[2×256] at position 69",
+            },
+            ShapePath {
+                shapes: "more than 16 queries (long prefill blocks)",
+                path: "composed (batched GEMMs: cuBLAS on CUDA)",
+                case: "q[4×24×128] kv[2×30] window 8",
+            },
+            ShapePath {
+                shapes: "head_dim above 512",
+                path: "composed",
+                case: "q[2×2×576] kv[1×7]",
+            },
+        ]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            // (heads, kv heads, queries, keys, head dim, sliding window, first query position,
+            // mask); queries sit at the end of the keys unless a position is given. Without a
+            // mask every key is visible: the eager decode step's call.
+            for (h, kvh, s, t, d, window, first, masked) in [
+                (4, 4, 5, 5, 16, None, None, true),
+                (8, 2, 3, 11, 256, Some(8), None, true),
+                (4, 1, 1, 9, 512, None, None, true),
+                (2, 1, 13, 13, 64, Some(4), None, true),
+                // Decode over many keys: the CUDA arm splits them into chunks and merges.
+                (8, 2, 1, 300, 256, None, None, true),
+                // Eager decode at both of Gemma-4's head sizes: no mask.
+                (8, 2, 1, 300, 256, None, None, false),
+                (16, 4, 1, 70, 512, None, None, false),
+                // Wider heads than the native kernel holds: the composed path.
+                (2, 1, 2, 7, 576, None, None, true),
+                // A graph step's whole cache buffer: only slots up to the position are visible,
+                // so whole chunks are hidden.
+                (8, 2, 1, 256, 512, None, Some(69), true),
+                // Longer than a decode block: the CUDA arm's GEMM path.
+                (4, 2, 24, 30, 128, Some(8), None, true),
+            ] {
+                let mut c = Builder::new(device, dtype, rng);
+                let spread = (d as f64).powf(-0.25) * 1.5;
+                let q = c.uniform(&[1, h, s, d], -spread, spread)?;
+                let k = c.uniform(&[1, kvh, t, d], -spread, spread)?;
+                let v = c.uniform(&[1, kvh, t, d], -1.0, 1.0)?;
+                let first_query = first.unwrap_or(t - s);
+                let mask: Vec<f64> = (0..s)
+                    .flat_map(|i| {
+                        (0..t).map(move |j| {
+                            if super::reference::visible(first_query + i, j, window) {
+                                0.0
+                            } else {
+                                f64::NEG_INFINITY
+                            }
+                        })
+                    })
+                    .collect();
+                if masked {
+                    let mask_f32: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
+                    c.raw(Tensor::from_vec(mask_f32, (s, t), device)?);
+                }
+                let expected = reference(&q, &k, &v, &mask, h, kvh, s, t, d, 1.0);
+                let label = format!(
+                    "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}{}{}",
+                    window.map_or(String::new(), |w| format!(" window {w}")),
+                    first.map_or(String::new(), |p| format!(" at position {p}")),
+                    if masked { "" } else { " no mask" }
+                );
+                cases.push(c.finish(label, expected));
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        Ok(vec![attention_on(
+            arm,
+            f(0),
+            f(1),
+            f(2),
+            c.optional_raw(0),
+            c.scale,
+        )?])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "1/sqrt(d) scaling",
+                run: |c| {
+                let d = c.float(0).dim(3)? as f64;
+                Ok(vec![composed(c.float(0), c.float(1), c.float(2), c.optional_raw(0), d.powf(-0.5))?])
+            },
+            },
+            Mutant {
+                what: "the mask ignored",
+                run: |c| Ok(vec![composed(c.float(0), c.float(1), c.float(2), None, c.scale)?]),
+            },
+        ]
+    }
 }

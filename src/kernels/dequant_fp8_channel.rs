@@ -1,8 +1,12 @@
 //! `dequant_fp8_channel`: `W = f32(W_e4m3) × scale[row]`, cast to the compute dtype
 //! (compressed-tensors FP8 checkpoints store one scale per output channel).
 
-use super::{arm_for, missing_dispatch, Arm, Backend, Op};
-use candle_core::{DType, Result, Tensor};
+use super::{arm_for, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::{rngs::StdRng, Rng};
+use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::DequantFp8Channel;
 
@@ -20,8 +24,7 @@ pub fn dequant_fp8_channel_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(weight, scale, dtype),
-        Arm::Native(Backend::Cuda) => cuda_fwd(weight, scale, dtype),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(weight, scale, dtype),
     }
 }
 
@@ -40,8 +43,8 @@ pub fn composed(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor>
 }
 
 /// CUDA arm: decodes e4m3 in the kernel (src/kernels/cuda/fp8.cu).
-fn cuda_fwd(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
-    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+fn native_fwd(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
+    use super::native::{elementwise, empty, kernel_name, launch, Arg};
     let weight = weight.contiguous()?;
     let (rows, cols) = weight.dims2()?;
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
@@ -69,4 +72,73 @@ pub fn reference(weight: &[f64], scale: &[f64], k: usize) -> Vec<f64> {
         .zip(scale)
         .flat_map(|(row, s)| row.iter().map(move |w| w * s))
         .collect()
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsOnce
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+        for (n, k) in [(3, 5), (17, 129), (64, 256)] {
+            let mut c = Builder::new(device, dtype, rng);
+            let (weight, scale) = fp8_weight(&mut c, n, k)?;
+            cases.push(c.finish(format!("[{n}, {k}]"), reference(&weight, &scale, k)));
+        }
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        Ok(vec![dequant_fp8_channel_on(
+                arm,
+                c.raw(0),
+                f(0),
+                c.dtype,
+            )?])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "the row scales ignored",
+                run: |c| Ok(vec![c.raw(0).to_dtype(DType::F32)?.to_dtype(c.dtype)?]),
+            },
+        ]
+    }
+}
+
+/// A check input: an e4m3 weight `[n, k]` (a raw input) and its f32 row scales (a float
+/// input), returned as the values the reference sees.
+pub(super) fn fp8_weight(c: &mut Builder, n: usize, k: usize) -> Result<(Vec<f64>, Vec<f64>)> {
+    let raw: Vec<f64> = (0..n * k).map(|_| c.rng.random_range(-3.0..3.0)).collect();
+    let weight = c.round(raw.clone(), DType::F8E4M3)?;
+    // Via f32: candle 0.11.1's CPU conversion between F8E4M3 and F64 never returns.
+    let w8 = Tensor::from_vec(raw, (n, k), &Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .to_dtype(DType::F8E4M3)?
+        .to_device(c.device())?;
+    c.raw(w8);
+    let scale = c.float_as(&[n], DType::F32, |r| r.random_range(0.01..0.1))?;
+    Ok((weight, scale))
 }

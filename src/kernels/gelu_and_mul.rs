@@ -1,8 +1,12 @@
 //! `gelu_and_mul`: `gelu_tanh(gate) ⊙ up` over one packed `[rows, 2D]` tensor laid out
 //! `[gate ‖ up]` (the MoE experts' `gate_up_proj` output).
 
-use super::{arm_for, gelu_mul, missing_dispatch, reference, Arm, Backend, Op};
-use candle_core::{Result, Tensor, D};
+use super::{arm_for, gelu_mul, reference, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::rngs::StdRng;
+use candle_core::{DType, Device, D, Result, Tensor};
 
 const OP: Op = Op::GeluAndMul;
 
@@ -14,8 +18,7 @@ pub fn gelu_and_mul(packed: &Tensor) -> Result<Tensor> {
 pub fn gelu_and_mul_on(arm: Arm, packed: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(packed),
-        Arm::Native(Backend::Cuda) => cuda_fwd(packed),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(packed),
     }
 }
 
@@ -27,8 +30,8 @@ pub fn composed(packed: &Tensor) -> Result<Tensor> {
 }
 
 /// CUDA arm: one elementwise kernel over the packed rows (src/kernels/cuda/elementwise.cu).
-fn cuda_fwd(packed: &Tensor) -> Result<Tensor> {
-    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+fn native_fwd(packed: &Tensor) -> Result<Tensor> {
+    use super::native::{elementwise, empty, kernel_name, launch, Arg};
     let packed = packed.contiguous()?;
     let d = packed.dim(D::Minus1)? / 2;
     let rows = packed.elem_count() / (2 * d);
@@ -56,4 +59,61 @@ pub fn reference(packed: &[f64], d: usize) -> Vec<f64> {
         .chunks(2 * d)
         .flat_map(|row| (0..d).map(move |j| reference::gelu_tanh(row[j]) * row[d + j]))
         .collect()
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsIntermediate
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            for (rows, d) in [(1, 7), (3, 129), (9, 704)] {
+                let mut c = Builder::new(device, dtype, rng);
+                let packed = c.uniform(&[rows, 2 * d], -3.0, 3.0)?;
+                cases.push(c.finish(
+                    format!("[{rows}, 2×{d}]"),
+                    reference(&packed, d),
+                ));
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        Ok(vec![gelu_and_mul_on(arm, f(0))?])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "halves swapped (up ‖ gate)",
+                run: |c| {
+                let d = c.float(0).dim(1)? / 2;
+                let (gate, up) = (c.float(0).narrow(1, 0, d)?, c.float(0).narrow(1, d, d)?);
+                Ok(vec![super::gelu_mul::composed(&up, &gate)?])
+            },
+            },
+        ]
+    }
 }

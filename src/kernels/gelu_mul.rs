@@ -1,7 +1,11 @@
 //! `gelu_mul`: `gelu_tanh(gate) ⊙ up` over two separate tensors (dense MLP, PLE gate, MoE experts).
 
-use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
-use candle_core::{DType, Result, Tensor};
+use super::{arm_for, reference, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::rngs::StdRng;
+use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::GeluMul;
 
@@ -13,8 +17,7 @@ pub fn gelu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 pub fn gelu_mul_on(arm: Arm, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(gate, up),
-        Arm::Native(Backend::Cuda) => cuda_fwd(gate, up),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(gate, up),
     }
 }
 
@@ -25,8 +28,8 @@ pub fn composed(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 }
 
 /// CUDA arm: one elementwise kernel (src/kernels/cuda/elementwise.cu).
-fn cuda_fwd(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
-    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+fn native_fwd(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    use super::native::{elementwise, empty, kernel_name, launch, Arg};
     let (gate, up) = (gate.contiguous()?, up.contiguous()?);
     if gate.shape() != up.shape() {
         candle_core::bail!(
@@ -57,4 +60,55 @@ pub fn reference(gate: &[f64], up: &[f64]) -> Vec<f64> {
         .zip(up)
         .map(|(g, u)| reference::gelu_tanh(*g) * u)
         .collect()
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsIntermediate
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            for (rows, cols) in [(1, 7), (3, 257), (17, 1024)] {
+                let mut c = Builder::new(device, dtype, rng);
+                let gate = c.uniform(&[rows, cols], -4.0, 4.0)?;
+                let up = c.uniform(&[rows, cols], -2.0, 2.0)?;
+                cases.push(c.finish(format!("[{rows}, {cols}]"), reference(&gate, &up)));
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        Ok(vec![gelu_mul_on(arm, f(0), f(1))?])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "gate and up swapped",
+                run: |c| Ok(vec![(c.float(1).gelu()? * c.float(0))?]),
+            },
+        ]
+    }
 }

@@ -2,8 +2,12 @@
 //! a handful of rows by each weight once, which makes it a matrix-vector product bound by reading
 //! W: the native arm streams W once with wide loads for every row of X at the same time.
 
-use super::{arm_for, missing_dispatch, reference, Arm, Backend, Op};
-use candle_core::{Result, Tensor};
+use super::{arm_for, reference, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::rngs::StdRng;
+use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::Linear;
 
@@ -16,8 +20,7 @@ pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 pub fn linear_on(arm: Arm, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, w),
-        Arm::Native(Backend::Cuda) => cuda_fwd(x, w),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(x, w),
     }
 }
 
@@ -48,8 +51,8 @@ const LOADS_PER_LANE: usize = 8;
 
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
 /// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
-fn cuda_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    use super::cuda_launch::{empty, kernel_name, launch, Arg, Grid};
+fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, Arg, Grid};
     let (rows, out_shape) = rows_of(x, w)?;
     let (m, k) = rows.dims2()?;
     let n = w.dim(0)?;
@@ -92,4 +95,90 @@ fn cuda_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 
 pub fn reference(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
     reference::matmul_bt(x, w, m, n, k)
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsOnce
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[
+            ShapePath {
+                shapes: "up to 8 rows (decode), K a whole number of 16-byte vectors",
+                path: "native GEMV: W streamed once for all rows",
+                case: "M8 N64 K512",
+            },
+            ShapePath {
+                shapes: "more than 8 rows (prefill)",
+                path: "composed (candle's matmul: cuBLAS on CUDA)",
+                case: "M24 N48 K96",
+            },
+            ShapePath {
+                shapes: "K not a whole number of 16-byte vectors",
+                path: "composed",
+                case: "M2 N19 K27",
+            },
+        ]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, and last
+            // (the one `--perf` times) a decode GEMV of a model's size, bound by reading W.
+            for (m, n, k) in [
+                (1, 37, 64),
+                (3, 130, 264),
+                (8, 64, 512),
+                (2, 19, 27),
+                (24, 48, 96),
+                (1, 4096, 4096),
+            ] {
+                let mut c = Builder::new(device, dtype, rng);
+                let x = c.uniform(&[m, k], -1.0, 1.0)?;
+                let w = c.uniform(&[n, k], -1.0, 1.0)?;
+                let expected = reference(&x, &w, m, n, k);
+                cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        Ok(vec![linear_on(arm, f(0), f(1))?])
+    }
+
+    fn flops(&self, case: &Case) -> Option<f64> {
+        let (m, k) = case.float(0).dims2().ok()?;
+        let n = case.float(1).dim(0).ok()?;
+        Some(2.0 * (m * n * k) as f64)
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "the last element of K dropped (a tail bug)",
+                run: |c| {
+                let k = c.float(0).dim(1)?;
+                Ok(vec![composed(&c.float(0).narrow(1, 0, k - 1)?, &c.float(1).narrow(1, 0, k - 1)?)?])
+            },
+            },
+        ]
+    }
 }

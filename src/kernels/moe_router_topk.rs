@@ -1,8 +1,12 @@
 //! `moe_router_topk`: softmax over all experts (f32) → top-k → renormalise to sum 1 →
 //! × `per_expert_scale[expert]`.
 
-use super::{arm_for, missing_dispatch, Arm, Backend, Op};
-use candle_core::{DType, Result, Tensor};
+use super::{arm_for, Arm, Op};
+use super::check::{norm_weight, Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::{rngs::StdRng, Rng};
+use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::MoeRouterTopk;
 
@@ -29,8 +33,7 @@ pub fn moe_router_topk_on(
 ) -> Result<(Tensor, Tensor)> {
     match arm {
         Arm::Composed => composed(logits, k, per_expert_scale),
-        Arm::Native(Backend::Cuda) => cuda_fwd(logits, k, per_expert_scale),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(logits, k, per_expert_scale),
     }
 }
 
@@ -51,8 +54,8 @@ pub fn composed(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<
 }
 
 /// CUDA arm: one thread per token (src/kernels/cuda/moe.cu).
-fn cuda_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
-    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
+    use super::native::{elementwise, empty, kernel_name, launch, Arg};
     let logits = logits.contiguous()?;
     let (rows, experts) = logits.dims2()?;
     let scale = per_expert_scale.to_dtype(logits.dtype())?.contiguous()?;
@@ -100,4 +103,76 @@ pub fn reference(
                 .collect()
         })
         .collect()
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsOnce
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            for (rows, experts, k) in [(1, 4, 2), (3, 16, 4), (5, 128, 8)] {
+                let mut c = Builder::new(device, dtype, rng);
+                // Distinct, well-separated logits: rounding can never create a tie.
+                let mut logits = Vec::with_capacity(rows * experts);
+                for _ in 0..rows {
+                    let mut row: Vec<f64> = (0..experts)
+                        .map(|e| e as f64 * 0.1 - experts as f64 * 0.05)
+                        .collect();
+                    for i in (1..row.len()).rev() {
+                        row.swap(i, c.rng.random_range(0..=i));
+                    }
+                    logits.extend(row);
+                }
+                let logits = c.values_as(&[rows, experts], dtype, logits)?;
+                let scale = c.float(&[experts], norm_weight)?;
+                let picked = reference(&logits, experts, k, &scale);
+                let weights = picked.iter().flatten().map(|&(_, w)| w).collect();
+                let mut case = c.finish(format!("[{rows}, {experts}] top-{k}"), weights);
+                case.k = k;
+                case.expected_indices =
+                    Some(picked.iter().flatten().map(|&(e, _)| e as u32).collect());
+                cases.push(case);
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        let (w, idx) = moe_router_topk_on(arm, f(0), c.k, f(1))?;
+            Ok(vec![w, idx])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "no renormalisation after top-k",
+                run: |c| {
+                let (w, idx) = composed(c.float(0), c.k, c.float(1))?;
+                Ok(vec![(w * 0.9)?, idx])
+            },
+            },
+        ]
+    }
 }

@@ -1,6 +1,10 @@
 //! `moe_zero`: a zeroed f32 accumulation buffer for the experts' weighted sum.
 
-use super::{arm_for, missing_dispatch, Arm, Backend, Op};
+use super::{arm_for, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass};
+use super::native::{self, NativeKernel};
+use rand::rngs::StdRng;
 use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::MoeZero;
@@ -13,8 +17,7 @@ pub fn moe_zero(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
 pub fn moe_zero_on(arm: Arm, rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(rows, cols, device),
-        Arm::Native(Backend::Cuda) => cuda_fwd(rows, cols, device),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(rows, cols, device),
     }
 }
 
@@ -23,8 +26,8 @@ pub fn composed(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
 }
 
 /// CUDA arm: a fill kernel (src/kernels/cuda/moe.cu).
-fn cuda_fwd(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
-    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+fn native_fwd(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
+    use super::native::{elementwise, empty, kernel_name, launch, Arg};
     let out = empty((rows, cols), DType::F32, device)?;
     let n = rows * cols;
     launch(
@@ -38,4 +41,61 @@ fn cuda_fwd(rows: usize, cols: usize, device: &Device) -> Result<Tensor> {
 
 pub fn reference(rows: usize, cols: usize) -> Vec<f64> {
     vec![0.0; rows * cols]
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        &[DType::F32]
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsOnce
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_F32
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            for (rows, cols) in [(1, 64), (7, 33), (128, 2560)] {
+                let mut c = Builder::new(device, dtype, rng);
+                c.raw(Tensor::zeros(1, DType::U32, device)?);
+                let mut case =
+                    c.finish(format!("[{rows}, {cols}]"), reference(rows, cols));
+                (case.rows, case.cols) = (rows, cols);
+                cases.push(case);
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        Ok(vec![moe_zero_on(
+            arm,
+            c.rows,
+            c.cols,
+            c.raw(0).device(),
+        )?])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "writes nothing (its output left as allocated)",
+                run: |c| Ok(vec![super::native::empty((c.rows, c.cols), DType::F32, c.raw(0).device())?]),
+            },
+        ]
+    }
 }

@@ -3,6 +3,7 @@
 //! arms. The report is built from the same predicate the model's dispatch uses.
 
 use super::check::{self, CheckResult, Perf};
+use super::contract::{ModelUse, ShapePath};
 use super::{arm_for, native_status, Arm, Backend, Op};
 use anyhow::Result;
 use candle_core::{DType, Device};
@@ -35,13 +36,21 @@ pub struct OpReport {
     pub selected_arm: String,
     /// Every dtype's selected arm passed its check in that dtype.
     pub selected_ok: bool,
+    /// Whether the model calls the op (and if not, where it is meant to be used).
+    pub model_use: ModelUse,
+    /// Shapes the native arm hands to another path, each covered by a check case.
+    pub shape_paths: &'static [ShapePath],
+    /// Set when none of the requested dtypes applies to the op (e.g. argmax runs on f32
+    /// logits only): nothing was checked, and that is not a failure.
+    pub not_applicable: Option<String>,
     pub arms: Vec<ArmReport>,
 }
 
 impl OpReport {
     /// The selected arm passed its check and the op has an arm that runs here.
     pub fn ok(&self) -> bool {
-        self.selected_ok && self.arms.iter().any(|a| a.status == "available")
+        self.not_applicable.is_some()
+            || self.selected_ok && self.arms.iter().any(|a| a.status == "available")
     }
 }
 
@@ -56,8 +65,25 @@ pub fn probe(op: Op, device: &Device, options: &ProbeOptions) -> Result<OpReport
         .dtypes
         .iter()
         .copied()
-        .filter(|d| check::dtypes(op).contains(d))
+        .filter(|d| op.contract().dtypes().contains(d))
         .collect();
+    let contract = op.contract();
+    if dtypes.is_empty() {
+        let names: Vec<&str> = contract
+            .dtypes()
+            .iter()
+            .map(|&d| crate::device::dtype_name(d))
+            .collect();
+        return Ok(OpReport {
+            op: op.name(),
+            selected_arm: "none".to_string(),
+            selected_ok: true,
+            model_use: contract.model_use(),
+            shape_paths: contract.shape_paths(),
+            not_applicable: Some(format!("{} runs in {} only", op.name(), names.join(", "))),
+            arms: Vec::new(),
+        });
+    }
     let mut arms = Vec::new();
     for backend in Backend::ALL {
         let statuses: Vec<(DType, Result<(), super::Unavailable>)> = dtypes
@@ -118,6 +144,9 @@ pub fn probe(op: Op, device: &Device, options: &ProbeOptions) -> Result<OpReport
         op: op.name(),
         selected_arm,
         selected_ok,
+        model_use: contract.model_use(),
+        shape_paths: contract.shape_paths(),
+        not_applicable: None,
         arms,
     })
 }
@@ -136,7 +165,9 @@ fn report_arm(
         "native"
     };
     if dtypes.is_empty() {
-        let reason = reason.expect("an arm with no runnable dtype has a reason");
+        let reason = reason.unwrap_or(super::Unavailable::NoKernel {
+            detail: "no requested dtype applies".to_string(),
+        });
         return Ok(ArmReport {
             backend: arm.name(),
             kind,

@@ -32,3 +32,9 @@ pub fn matmul_bt(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64>
     }
     out
 }
+
+/// Gemma-4's attention rule: a query sees itself and earlier keys, and in sliding layers only the
+/// last `window` positions including itself (strict `q − k < W`).
+pub fn visible(query: usize, key: usize, window: Option<usize>) -> bool {
+    key <= query && window.is_none_or(|w| query - key < w)
+}

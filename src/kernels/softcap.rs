@@ -1,7 +1,11 @@
 //! `softcap`: `c · tanh(x / c)` (final logits, c = 30).
 
-use super::{arm_for, missing_dispatch, Arm, Backend, Op};
-use candle_core::{Result, Tensor};
+use super::{arm_for, Arm, Op};
+use super::check::{Builder, Case};
+use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
+use super::native::{self, NativeKernel};
+use rand::rngs::StdRng;
+use candle_core::{DType, Device, Result, Tensor};
 
 const OP: Op = Op::Softcap;
 
@@ -13,8 +17,7 @@ pub fn softcap(x: &Tensor, cap: f64) -> Result<Tensor> {
 pub fn softcap_on(arm: Arm, x: &Tensor, cap: f64) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, cap),
-        Arm::Native(Backend::Cuda) => cuda_fwd(x, cap),
-        Arm::Native(backend) => Err(missing_dispatch(OP, backend)),
+        Arm::Native(_) => native_fwd(x, cap),
     }
 }
 
@@ -23,8 +26,8 @@ pub fn composed(x: &Tensor, cap: f64) -> Result<Tensor> {
 }
 
 /// CUDA arm: one elementwise kernel (src/kernels/cuda/elementwise.cu).
-fn cuda_fwd(x: &Tensor, cap: f64) -> Result<Tensor> {
-    use super::cuda_launch::{elementwise, empty, kernel_name, launch, Arg};
+fn native_fwd(x: &Tensor, cap: f64) -> Result<Tensor> {
+    use super::native::{elementwise, empty, kernel_name, launch, Arg};
     let x = x.contiguous()?;
     let out = empty(x.shape(), x.dtype(), x.device())?;
     let n = x.elem_count();
@@ -45,4 +48,59 @@ fn cuda_fwd(x: &Tensor, cap: f64) -> Result<Tensor> {
 
 pub fn reference(x: &[f64], cap: f64) -> Vec<f64> {
     x.iter().map(|v| cap * (v / cap).tanh()).collect()
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub struct Contract;
+
+impl OpContract for Contract {
+    fn dtypes(&self) -> &'static [DType] {
+        FLOATS
+    }
+
+    fn tolerance(&self) -> ToleranceClass {
+        ToleranceClass::RoundsIntermediate
+    }
+
+    fn native_kernels(&self) -> &'static [NativeKernel] {
+        native::CUDA_FLOATS
+    }
+
+    fn shape_paths(&self) -> &'static [ShapePath] {
+        &[]
+    }
+
+    fn model_use(&self) -> ModelUse {
+        ModelUse::Used
+    }
+
+    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+        let mut cases = Vec::new();
+            for (rows, cols) in [(1, 11), (4, 262), (2, 4096)] {
+                let mut c = Builder::new(device, dtype, rng);
+                let x = c.uniform(&[rows, cols], -100.0, 100.0)?;
+                let mut case = c.finish(
+                    format!("[{rows}, {cols}] cap 30"),
+                    reference(&x, 30.0),
+                );
+                case.scale = 30.0;
+                cases.push(case);
+            }
+
+        Ok(cases)
+    }
+
+    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+        let f = |i| c.float(i);
+        Ok(vec![softcap_on(arm, f(0), c.scale)?])
+    }
+
+    fn mutants(&self) -> &'static [Mutant] {
+        &[
+            Mutant {
+                what: "tanh without the cap",
+                run: |c| Ok(vec![c.float(0).tanh()?]),
+            },
+        ]
+    }
 }

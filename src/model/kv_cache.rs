@@ -303,12 +303,6 @@ impl RingCache {
     }
 }
 
-/// Gemma-4's attention rule: a query sees itself and earlier keys, and in sliding layers only the
-/// last `window` positions including itself (strict `q − k < W`).
-pub fn visible(query: usize, key: usize, window: Option<usize>) -> bool {
-    key <= query && window.is_none_or(|w| query - key < w)
-}
-
 /// The additive mask `[S, T]` for queries at `first_query ..` over `key_positions`, or `None`
 /// when every key is visible to every query.
 pub fn attention_mask(
@@ -321,7 +315,7 @@ pub fn attention_mask(
     let data: Vec<f32> = (first_query..first_query + queries)
         .flat_map(|q| {
             key_positions.iter().map(move |&k| {
-                if visible(q, k, window) {
+                if crate::kernels::reference::visible(q, k, window) {
                     0.0
                 } else {
                     f32::NEG_INFINITY

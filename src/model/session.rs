@@ -8,6 +8,7 @@
 
 use super::device_step::{DeviceStep, KindBuffers};
 use super::{Gemma4, KvCache};
+use crate::kernels::native::{self, CapturedGraph};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor};
 
@@ -78,7 +79,7 @@ struct GraphStep {
     step: DeviceStep,
     /// f32 `[vocab]`, written by every step.
     logits: Tensor,
-    captured: Option<CapturedStep>,
+    captured: Option<CapturedGraph>,
 }
 
 pub struct Session<'m> {
@@ -159,7 +160,8 @@ impl<'m> Session<'m> {
         match &graph.captured {
             Some(captured) => captured.replay()?,
             None if can_capture(model.device()) => {
-                let captured = run_and_capture(model.device(), run).context(
+                let step = || run().map_err(|e| candle_core::Error::Msg(format!("{e:#}")));
+                let captured = native::run_and_capture(model.device(), &step).context(
                     "capturing the decode step as a CUDA graph (--decode eager avoids it)",
                 )?;
                 graph.captured = Some(captured);
@@ -198,65 +200,5 @@ impl<'m> Session<'m> {
 }
 
 fn can_capture(device: &candle_core::Device) -> bool {
-    cfg!(feature = "cuda") && device.is_cuda()
-}
-
-#[cfg(feature = "cuda")]
-use cuda_graph::{run_and_capture, CapturedStep};
-
-#[cfg(feature = "cuda")]
-mod cuda_graph {
-    use anyhow::{bail, Result};
-    use candle_core::cuda::cudarc::driver::{
-        sys::{CUgraphInstantiate_flags, CUstreamCaptureMode},
-        CudaGraph,
-    };
-    use candle_core::Device;
-
-    pub struct CapturedStep(CudaGraph);
-
-    impl CapturedStep {
-        pub fn replay(&self) -> Result<()> {
-            Ok(self.0.launch()?)
-        }
-    }
-
-    /// Runs `step` once for real, then records it into a graph. candle uploads strided ops'
-    /// layouts on every launch; the first run fills its cache of those uploads so that the
-    /// recorded launches read them from device memory, as capture requires.
-    pub fn run_and_capture(device: &Device, step: impl Fn() -> Result<()>) -> Result<CapturedStep> {
-        let Device::Cuda(cuda) = device else {
-            bail!("CUDA graphs need a CUDA device");
-        };
-        let _upload_cache = cuda.enable_cuda_graph_htod_cache();
-        step()?;
-        let stream = cuda.cuda_stream();
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let recorded = step();
-        // Capture must end even when recording failed, or the stream stays unusable.
-        let graph = stream.end_capture(CUgraphInstantiate_flags(0));
-        recorded?;
-        let Some(graph) = graph? else {
-            bail!("the captured decode step is empty");
-        };
-        graph.upload()?;
-        Ok(CapturedStep(graph))
-    }
-}
-
-/// Without the `cuda` feature nothing is captured (`can_capture` is false); these keep the
-/// session's one code path compiling.
-#[cfg(not(feature = "cuda"))]
-struct CapturedStep;
-
-#[cfg(not(feature = "cuda"))]
-impl CapturedStep {
-    fn replay(&self) -> Result<()> {
-        bail!("CUDA graphs need a build with --features cuda")
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_and_capture(_: &candle_core::Device, _: impl Fn() -> Result<()>) -> Result<CapturedStep> {
-    bail!("CUDA graphs need a build with --features cuda")
+    native::can_capture(device)
 }

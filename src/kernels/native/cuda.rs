@@ -1,0 +1,253 @@
+//! The CUDA implementation behind the native seam: g4's kernels (src/kernels/cuda/*.cu,
+//! compiled to PTX by build.rs) launched on candle's stream, cuBLAS on candle's handle, output
+//! allocation and CUDA graph capture. Compiled only with `--features cuda`.
+use super::{Arg, Grid};
+use candle_core::cuda::cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+use candle_core::cuda::{CudaStorage, CudaStorageSlice, WrapErr};
+use candle_core::op::BackpropOp;
+use candle_core::{DType, Device, Result, Shape, Storage, Tensor};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+const PTX_90: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_90.ptx"));
+const PTX_80: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_80.ptx"));
+
+fn cuda_device(device: &Device) -> Result<&candle_core::CudaDevice> {
+    match device {
+        Device::Cuda(d) => Ok(d),
+        _ => candle_core::bail!("g4's CUDA kernels need a CUDA device"),
+    }
+}
+
+/// The device address of a CUDA tensor's first element; all but row views must be contiguous.
+fn address(
+    t: &Tensor,
+    rows_only: bool,
+    stream: &candle_core::cuda::cudarc::driver::CudaStream,
+) -> Result<u64> {
+    let (storage, layout) = t.storage_and_layout();
+    let rows_contiguous = layout.stride().last() == Some(&1);
+    if !(layout.is_contiguous() || rows_only && rows_contiguous) {
+        candle_core::bail!(
+            "g4's CUDA kernels need contiguous inputs, got strides {:?}",
+            layout.stride()
+        );
+    }
+    let Storage::Cuda(cuda) = &*storage else {
+        candle_core::bail!("tensor is not on a CUDA device")
+    };
+    let base = match &cuda.slice {
+        CudaStorageSlice::U8(s) => s.device_ptr(stream).0,
+        CudaStorageSlice::U32(s) => s.device_ptr(stream).0,
+        CudaStorageSlice::BF16(s) => s.device_ptr(stream).0,
+        CudaStorageSlice::F16(s) => s.device_ptr(stream).0,
+        CudaStorageSlice::F32(s) => s.device_ptr(stream).0,
+        CudaStorageSlice::F8E4M3(s) => s.device_ptr(stream).0,
+        _ => candle_core::bail!("g4's CUDA kernels do not take {:?} tensors", t.dtype()),
+    };
+    Ok(base + (layout.start_offset() * t.dtype().size_in_bytes()) as u64)
+}
+
+/// Kernels resolved once per (device, name): a decode step launches hundreds of them, and a
+/// driver symbol lookup per launch is measurable host time.
+fn function(dev: &candle_core::CudaDevice, device: &Device, name: &str) -> Result<CudaFunction> {
+    type Resolved = HashMap<(candle_core::cuda::DeviceId, String), CudaFunction>;
+    static RESOLVED: OnceLock<Mutex<Resolved>> = OnceLock::new();
+    let key = (dev.id(), name.to_string());
+    let cache = RESOLVED.get_or_init(Default::default);
+    if let Some(func) = cache.lock().expect("kernel cache lock").get(&key) {
+        return Ok(func.clone());
+    }
+    let hopper = crate::device::compute_capability(device).is_some_and(|cc| cc >= (9, 0));
+    let (module, ptx) = if hopper {
+        ("g4_kernels_90", PTX_90)
+    } else {
+        ("g4_kernels_80", PTX_80)
+    };
+    let func = dev
+        .get_or_load_custom_func(name, module, ptx)?
+        .into_cuda_function();
+    cache
+        .lock()
+        .expect("kernel cache lock")
+        .insert(key, func.clone());
+    Ok(func)
+}
+
+pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+    let dev = cuda_device(device)?;
+    let func = function(dev, device, name)?;
+    let stream = dev.cuda_stream();
+    enum Value {
+        Pointer(u64),
+        I32(i32),
+        Usize(usize),
+        F32(f32),
+    }
+    let values = args
+        .iter()
+        .map(|a| {
+            Ok(match a {
+                Arg::Tensor(t) => Value::Pointer(address(t, false, &stream)?),
+                Arg::RowView(t) => Value::Pointer(address(t, true, &stream)?),
+                Arg::OptionalTensor(Some(t)) => Value::Pointer(address(t, false, &stream)?),
+                Arg::OptionalTensor(None) => Value::Pointer(0),
+                Arg::I32(v) => Value::I32(*v),
+                Arg::Usize(v) => Value::Usize(*v),
+                Arg::F32(v) => Value::F32(*v),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut builder = stream.launch_builder(&func);
+    for value in &values {
+        match value {
+            Value::Pointer(p) => builder.arg(p),
+            Value::I32(v) => builder.arg(v),
+            Value::Usize(v) => builder.arg(v),
+            Value::F32(v) => builder.arg(v),
+        };
+    }
+    let config = LaunchConfig {
+        grid_dim: (grid.blocks, 1, 1),
+        block_dim: (grid.threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: every pointer argument is a live, contiguous CUDA tensor of the dtype the
+    // kernel was chosen for, sized by the caller's shape checks.
+    unsafe { builder.launch(config) }.w()?;
+    Ok(())
+}
+
+/// `C' = α·A·Bᵀ + β·C` with cuBLAS on candle's handle; A `[M, K]`, B `[N, K]`, C `[M, N]`,
+/// all contiguous.
+pub fn gemm_bt_accumulate(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f64,
+    beta: f64,
+) -> Result<Tensor> {
+    use candle_core::cuda::cudarc::cublas::{sys::cublasOperation_t, Gemm, GemmConfig};
+    use candle_core::cuda::CudaDType;
+    use candle_core::WithDType;
+    fn typed<T: CudaDType + WithDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        alpha: f64,
+        beta: f64,
+    ) -> Result<Tensor>
+    where
+        candle_core::cuda::cudarc::cublas::CudaBlas: Gemm<T>,
+    {
+        let dev = cuda_device(a.device())?;
+        let (m, k) = a.dims2()?;
+        let n = b.dim(0)?;
+        fn view<'g, T: CudaDType>(
+            storage: &'g Storage,
+            t: &Tensor,
+        ) -> Result<candle_core::cuda::cudarc::driver::CudaView<'g, T>> {
+            let Storage::Cuda(cuda) = storage else {
+                candle_core::bail!("tensor is not on a CUDA device")
+            };
+            let offset = t.layout().start_offset();
+            Ok(cuda
+                .as_cuda_slice::<T>()?
+                .slice(offset..offset + t.elem_count()))
+        }
+        // The storage guards live to the end of the call, and so do the views borrowed from them.
+        let (sa, sb, sc) = (
+            a.storage_and_layout().0,
+            b.storage_and_layout().0,
+            c.storage_and_layout().0,
+        );
+        let (av, bv, cv) = (view::<T>(&sa, a)?, view::<T>(&sb, b)?, view::<T>(&sc, c)?);
+        let stream = dev.cuda_stream();
+        let mut out = stream.clone_dtod(&cv).w()?;
+        // Row-major C = A·Bᵀ is column-major Cᵀ = B·Aᵀ: B transposed, A as is.
+        let config = GemmConfig {
+            transa: cublasOperation_t::CUBLAS_OP_T,
+            transb: cublasOperation_t::CUBLAS_OP_N,
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            alpha: T::from_f64(alpha),
+            lda: k as i32,
+            ldb: k as i32,
+            beta: T::from_f64(beta),
+            ldc: n as i32,
+        };
+        // SAFETY: shapes and leading dimensions come from the contiguous tensors above.
+        unsafe { dev.cublas_handle().gemm(config, &bv, &av, &mut out) }.w()?;
+        let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(out, dev.clone()));
+        Ok(Tensor::from_storage(
+            storage,
+            (m, n),
+            BackpropOp::none(),
+            false,
+        ))
+    }
+    match a.dtype() {
+        DType::F32 => typed::<f32>(a, b, c, alpha, beta),
+        DType::BF16 => typed::<half::bf16>(a, b, c, alpha, beta),
+        DType::F16 => typed::<half::f16>(a, b, c, alpha, beta),
+        other => candle_core::bail!("cuBLAS accumulate has no {other:?} variant"),
+    }
+}
+
+pub fn empty(shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
+    let dev = cuda_device(device)?;
+    let n = shape.elem_count();
+    // SAFETY: every element is written by the kernel that receives this tensor as output.
+    let slice = unsafe {
+        match dtype {
+            DType::F32 => CudaStorageSlice::F32(dev.alloc::<f32>(n)?),
+            DType::BF16 => CudaStorageSlice::BF16(dev.alloc::<half::bf16>(n)?),
+            DType::F16 => CudaStorageSlice::F16(dev.alloc::<half::f16>(n)?),
+            DType::U32 => CudaStorageSlice::U32(dev.alloc::<u32>(n)?),
+            other => candle_core::bail!("cannot allocate a {other:?} kernel output"),
+        }
+    };
+    let storage = Storage::Cuda(CudaStorage {
+        slice,
+        device: dev.clone(),
+    });
+    Ok(Tensor::from_storage(
+        storage,
+        shape.clone(),
+        BackpropOp::none(),
+        false,
+    ))
+}
+
+/// A recorded sequence of launches, replayed as one.
+pub struct CapturedGraph(candle_core::cuda::cudarc::driver::CudaGraph);
+
+impl CapturedGraph {
+    pub fn replay(&self) -> Result<()> {
+        self.0.launch().w()
+    }
+}
+
+/// Runs `step` once for real, then records it into a graph. candle uploads strided ops'
+/// layouts on every launch; the first run fills its cache of those uploads so that the
+/// recorded launches read them from device memory, as capture requires.
+pub fn run_and_capture(device: &Device, step: &dyn Fn() -> Result<()>) -> Result<CapturedGraph> {
+    use candle_core::cuda::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let dev = cuda_device(device)?;
+    let _upload_cache = dev.enable_cuda_graph_htod_cache();
+    step()?;
+    let stream = dev.cuda_stream();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .w()?;
+    let recorded = step();
+    // Capture must end even when recording failed, or the stream stays unusable.
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).w();
+    recorded?;
+    let Some(graph) = graph? else {
+        candle_core::bail!("the captured step is empty");
+    };
+    graph.upload().w()?;
+    Ok(CapturedGraph(graph))
+}

@@ -1,0 +1,356 @@
+//! The native-backend seam. Everything vendor-specific about running g4's own kernels lives
+//! behind it: which native code exists for a device (and why not), launch geometry and
+//! arguments, output allocation, kernel lookup and launch, the vendor BLAS, and graph capture.
+//! CUDA is its first implementation (`cuda.rs`); the kernel sources are written so that hipcc
+//! compiles them too, and a HIP implementation slots in here without touching an op module.
+//! Op modules never name a vendor API: their native arm calls [`launch`] with a kernel name.
+
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod poison;
+
+use candle_core::{DType, Device, Result, Shape, Tensor};
+
+/// A GPU backend for which native kernels can exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    Cuda,
+    Hip,
+    Metal,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 3] = [Backend::Cuda, Backend::Hip, Backend::Metal];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Hip => "hip",
+            Backend::Metal => "metal",
+        }
+    }
+
+    /// The cargo feature that compiles this backend's kernels into g4, if g4 has one.
+    fn feature(self) -> Option<&'static str> {
+        match self {
+            Backend::Cuda => Some("cuda"),
+            Backend::Metal => Some("metal"),
+            // candle has no ROCm backend, so no build of g4 can launch a HIP kernel yet.
+            Backend::Hip => None,
+        }
+    }
+
+    pub fn built(self) -> bool {
+        match self {
+            Backend::Cuda => cfg!(feature = "cuda"),
+            Backend::Metal => cfg!(feature = "metal"),
+            Backend::Hip => false,
+        }
+    }
+
+    fn drives(self, device: &Device) -> bool {
+        matches!(
+            (self, device),
+            (Backend::Cuda, Device::Cuda(_)) | (Backend::Metal, Device::Metal(_))
+        )
+    }
+}
+
+/// One native kernel: which backend, which dtypes, and what the device must offer.
+#[derive(Clone, Copy, Debug)]
+pub struct NativeKernel {
+    pub backend: Backend,
+    pub dtypes: &'static [DType],
+    /// Minimum CUDA compute capability (major, minor), e.g. FP8 tensor cores need (8, 9).
+    pub min_compute_capability: Option<(u32, u32)>,
+}
+
+/// Which implementation of an op runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arm {
+    Native(Backend),
+    Composed,
+}
+
+impl Arm {
+    pub fn name(self) -> String {
+        match self {
+            Arm::Native(backend) => backend.name().to_string(),
+            Arm::Composed => "composed".to_string(),
+        }
+    }
+}
+
+/// Why a native arm cannot run here. Distinct causes stay distinct: a user told to write a
+/// kernel that already exists goes to fix the wrong thing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// The kernel exists but this build lacks the cargo feature that compiles it.
+    NotBuilt { feature: &'static str },
+    /// No native implementation exists for this backend (or for this dtype on it).
+    NoKernel { detail: String },
+    /// The device is present but lacks a capability the kernel needs.
+    DeviceUnsupported { need: String },
+    /// No device of this backend is in use.
+    NoDevice,
+}
+
+impl Unavailable {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Unavailable::NotBuilt { .. } => "not-built",
+            Unavailable::NoKernel { .. } => "no-kernel",
+            Unavailable::DeviceUnsupported { .. } => "device-unsupported",
+            Unavailable::NoDevice => "no-device",
+        }
+    }
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unavailable::NotBuilt { feature } => write!(
+                f,
+                "not-built: the kernel exists but this build lacks it; rebuild with --features {feature}"
+            ),
+            Unavailable::NoKernel { detail } => write!(f, "no-kernel: {detail}"),
+            Unavailable::DeviceUnsupported { need } => {
+                write!(f, "device-unsupported: needs {need}")
+            }
+            Unavailable::NoDevice => write!(f, "no-device: the selected device is not of this backend"),
+        }
+    }
+}
+
+/// Why a native arm cannot run, without building a message: the dispatch path asks this on
+/// every op call, so it allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Missing {
+    NoKernelForBackend,
+    NotBuilt,
+    NoDevice,
+    NoDtypeVariant,
+    Capability(u32, u32),
+}
+
+fn missing(
+    kernels: &[NativeKernel],
+    backend: Backend,
+    device: &Device,
+    dtype: DType,
+) -> Option<Missing> {
+    let mut kernels = kernels.iter().filter(|k| k.backend == backend).peekable();
+    if kernels.peek().is_none() {
+        return Some(Missing::NoKernelForBackend);
+    }
+    if !backend.built() {
+        return Some(Missing::NotBuilt);
+    }
+    if !backend.drives(device) {
+        return Some(Missing::NoDevice);
+    }
+    let Some(kernel) = kernels.find(|k| k.dtypes.contains(&dtype)) else {
+        return Some(Missing::NoDtypeVariant);
+    };
+    match kernel.min_compute_capability {
+        Some((major, minor))
+            if crate::device::compute_capability(device).is_none_or(|cc| cc < (major, minor)) =>
+        {
+            Some(Missing::Capability(major, minor))
+        }
+        _ => None,
+    }
+}
+
+/// Whether the native arm written as `kernels` can run on `device` in `dtype`, and if not, why.
+pub fn native_status(
+    kernels: &[NativeKernel],
+    backend: Backend,
+    device: &Device,
+    dtype: DType,
+) -> std::result::Result<(), Unavailable> {
+    let Some(why) = missing(kernels, backend, device, dtype) else {
+        return Ok(());
+    };
+    Err(match why {
+        Missing::NoKernelForBackend => Unavailable::NoKernel {
+            detail: match backend {
+                Backend::Hip => "candle has no ROCm backend to launch a HIP kernel on".to_string(),
+                _ => format!("no {} kernel is written for this op", backend.name()),
+            },
+        },
+        Missing::NotBuilt => match backend.feature() {
+            Some(feature) => Unavailable::NotBuilt { feature },
+            None => Unavailable::NoKernel {
+                detail: format!("g4 cannot build {} kernels", backend.name()),
+            },
+        },
+        Missing::NoDevice => Unavailable::NoDevice,
+        Missing::NoDtypeVariant => Unavailable::NoKernel {
+            detail: format!("the {} kernel has no {dtype:?} variant", backend.name()),
+        },
+        Missing::Capability(major, minor) => Unavailable::DeviceUnsupported {
+            need: format!("compute capability >= {major}.{minor}"),
+        },
+    })
+}
+
+/// The backend whose native arm runs `kernels` on `device` in `dtype`, if any.
+pub fn select(kernels: &[NativeKernel], device: &Device, dtype: DType) -> Option<Backend> {
+    Backend::ALL
+        .into_iter()
+        .find(|&backend| missing(kernels, backend, device, dtype).is_none())
+}
+
+/// Native kernels in every float dtype; the PTX targets compute_80 at the lowest (bf16
+/// conversions).
+pub const CUDA_FLOATS: &[NativeKernel] = &[NativeKernel {
+    backend: Backend::Cuda,
+    dtypes: &[DType::F32, DType::BF16, DType::F16],
+    min_compute_capability: Some((8, 0)),
+}];
+
+/// Native kernels in f32 only.
+pub const CUDA_F32: &[NativeKernel] = &[NativeKernel {
+    backend: Backend::Cuda,
+    dtypes: &[DType::F32],
+    min_compute_capability: Some((8, 0)),
+}];
+
+/// A kernel argument.
+pub enum Arg<'a> {
+    Tensor(&'a Tensor),
+    /// A tensor whose rows are contiguous but whose outer dims may be strided (a cache view);
+    /// the kernel receives the strides separately.
+    RowView(&'a Tensor),
+    /// A null pointer when absent (e.g. the weightless RMSNorm).
+    OptionalTensor(Option<&'a Tensor>),
+    I32(i32),
+    Usize(usize),
+    F32(f32),
+}
+
+#[derive(Clone, Copy)]
+pub struct Grid {
+    pub blocks: u32,
+    pub threads: u32,
+}
+
+/// A grid-stride launch over `n` elements.
+pub fn elementwise(n: usize) -> Grid {
+    let threads = 256;
+    Grid {
+        blocks: n.div_ceil(threads as usize).clamp(1, 65_535) as u32,
+        threads,
+    }
+}
+
+/// Row elements a thread of the norm kernels aims to hold, and the most it can
+/// (`G4_NORM_VALUES`).
+const ROW_VALUES_PER_THREAD: usize = 8;
+const ROW_VALUES_MAX: usize = 16;
+
+/// The norm kernels' block size limit (`G4_NORM_MAX_THREADS`, their launch bound): they hold
+/// four rows' worth of values per thread, too many registers for 1024-thread blocks.
+const ROW_MAX_THREADS: usize = 512;
+
+/// One block per row, with enough threads to hold the row in registers; `None` for rows wider
+/// than a block holds (8192 elements).
+pub fn per_row(rows: usize, cols: usize) -> Option<Grid> {
+    let threads = cols
+        .div_ceil(ROW_VALUES_PER_THREAD)
+        .next_power_of_two()
+        .clamp(32, ROW_MAX_THREADS);
+    (cols <= threads * ROW_VALUES_MAX).then_some(Grid {
+        blocks: rows as u32,
+        threads: threads as u32,
+    })
+}
+
+/// `g4_<kernel>_<f32|bf16|f16>`.
+pub fn kernel_name(kernel: &str, dtype: DType) -> Result<String> {
+    let suffix = match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        other => candle_core::bail!("g4's CUDA kernel {kernel} has no {other:?} variant"),
+    };
+    Ok(format!("g4_{kernel}_{suffix}"))
+}
+
+/// Launches kernel `name` (see [`kernel_name`]) on `device`'s stream.
+pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::launch(name, device, grid, args),
+        _ => {
+            let _ = (grid, args);
+            candle_core::bail!("{name}: no native backend of this build drives {device:?}")
+        }
+    }
+}
+
+/// `α·A·Bᵀ + β·C` through the vendor BLAS (a new tensor; C is not modified).
+pub fn gemm_bt_accumulate(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    alpha: f64,
+    beta: f64,
+) -> Result<Tensor> {
+    match a.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::gemm_bt_accumulate(a, b, c, alpha, beta),
+        device => {
+            let _ = (b, c, alpha, beta);
+            candle_core::bail!("no vendor BLAS of this build drives {device:?}")
+        }
+    }
+}
+
+/// An output tensor for a kernel that writes every element: uninitialised on a GPU, zeros on
+/// the host; poisoned and guarded while a numerical check is armed ([`poison`]).
+pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
+    let shape = shape.into();
+    if let Some(poisoned) = poison::allocate(&shape, dtype, device) {
+        return poisoned;
+    }
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::empty(&shape, dtype, device),
+        _ => Tensor::zeros(shape, dtype, device),
+    }
+}
+
+/// Whether steps can be recorded into a graph on `device`.
+pub fn can_capture(device: &Device) -> bool {
+    cfg!(feature = "cuda") && device.is_cuda()
+}
+
+/// A recorded step, replayed as one launch.
+pub struct CapturedGraph {
+    #[cfg(feature = "cuda")]
+    inner: cuda::CapturedGraph,
+}
+
+impl CapturedGraph {
+    pub fn replay(&self) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        return self.inner.replay();
+        #[cfg(not(feature = "cuda"))]
+        candle_core::bail!("graph replay needs a build with --features cuda")
+    }
+}
+
+/// Runs `step` once for real and records it into a graph (see [`can_capture`]).
+pub fn run_and_capture(device: &Device, step: &dyn Fn() -> Result<()>) -> Result<CapturedGraph> {
+    #[cfg(feature = "cuda")]
+    return Ok(CapturedGraph {
+        inner: cuda::run_and_capture(device, step)?,
+    });
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = step;
+        candle_core::bail!("graph capture on {device:?} needs a build with --features cuda")
+    }
+}
