@@ -13,7 +13,7 @@ const SEEDS: [u64; 3] = [1, 2, 3];
 fn every_composed_arm_matches_the_f64_reference_in_every_dtype() {
     let mut failures = Vec::new();
     for op in Op::ALL {
-        for &dtype in op.contract().dtypes() {
+        for &dtype in op.contract().spec.dtypes {
             for seed in SEEDS {
                 let result = check_arm(op, Arm::Composed, &Device::Cpu, dtype, seed).unwrap();
                 assert!(
@@ -43,11 +43,11 @@ fn the_check_catches_every_ops_deliberately_broken_arms() {
     for op in Op::ALL {
         let contract = op.contract();
         assert!(
-            !contract.mutants().is_empty(),
+            !contract.mutants.is_empty(),
             "{} declares no mutant",
             op.name()
         );
-        for mutant in contract.mutants() {
+        for mutant in contract.mutants {
             let result = check_with(contract, &Device::Cpu, DType::F32, 1, &mutant.run).unwrap();
             if result.ok {
                 passed.push(format!("{} with {}", op.name(), mutant.what));
@@ -67,8 +67,8 @@ fn every_shape_path_is_covered_by_a_check_case() {
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(1);
     for op in Op::ALL {
         let contract = op.contract();
-        let cases = contract.cases(&Device::Cpu, DType::F32, &mut rng).unwrap();
-        for path in contract.shape_paths() {
+        let cases = (contract.cases)(&Device::Cpu, DType::F32, &mut rng).unwrap();
+        for path in contract.spec.shape_paths {
             assert!(
                 cases.iter().any(|c| c.label == path.case),
                 "{}: no check case '{}' for shapes {}",
@@ -81,37 +81,19 @@ fn every_shape_path_is_covered_by_a_check_case() {
 }
 
 /// A new op needs only its contract: this one, written here, goes through the same harness,
-/// and the compiler insists on every item of `OpContract`.
+/// and the compiler insists on every field of `OpContract`.
 #[test]
 fn a_new_op_is_checked_from_its_contract_alone() {
     use g4::kernels::check::Builder;
-    use g4::kernels::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-    use g4::kernels::NativeKernel;
+    use g4::kernels::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
 
-    /// `y = 2x + 1`.
-    struct AffineToy;
-    impl OpContract for AffineToy {
-        fn dtypes(&self) -> &'static [DType] {
-            FLOATS
-        }
-        fn tolerance(&self) -> ToleranceClass {
-            ToleranceClass::RoundsOnce
-        }
-        fn native_kernels(&self) -> &'static [NativeKernel] {
-            &[]
-        }
-        fn shape_paths(&self) -> &'static [ShapePath] {
-            &[]
-        }
-        fn model_use(&self) -> ModelUse {
-            ModelUse::NotYet("a test's toy")
-        }
-        fn cases(
-            &self,
-            device: &Device,
-            dtype: DType,
-            rng: &mut rand::rngs::StdRng,
-        ) -> Result<Vec<Case>> {
+    /// `y = 2x + 1`, with no native kernel yet.
+    const AFFINE_TOY: OpContract = OpContract {
+        spec: OpSpec {
+            native_kernels: &[],
+            ..OpSpec::floats(ToleranceClass::RoundsOnce).not_used_yet("a test's toy")
+        },
+        cases: |device, dtype, rng| {
             let mut cases = Vec::new();
             for n in [1, 7, 300] {
                 let mut c = Builder::new(device, dtype, rng);
@@ -120,32 +102,20 @@ fn a_new_op_is_checked_from_its_contract_alone() {
                 cases.push(c.finish(format!("[{n}]"), expected));
             }
             Ok(cases)
-        }
-        fn run(&self, _arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-            Ok(vec![c.float(0).affine(2.0, 1.0)?])
-        }
-        fn mutants(&self) -> &'static [Mutant] {
-            &[Mutant {
-                what: "no offset",
-                run: |c| Ok(vec![c.float(0).affine(2.0, 0.0)?]),
-            }]
-        }
-    }
-    for &dtype in AffineToy.dtypes() {
-        let result = check_with(&AffineToy, &Device::Cpu, dtype, 7, &|c| {
-            AffineToy.run(Arm::Composed, c)
-        })
-        .unwrap();
+        },
+        run: |_arm, c| Ok(vec![c.float(0).affine(2.0, 1.0)?]),
+        mutants: &[Mutant {
+            what: "no offset",
+            run: |c| Ok(vec![c.float(0).affine(2.0, 0.0)?]),
+        }],
+    };
+    for &dtype in AFFINE_TOY.spec.dtypes {
+        let arm = |c: &Case| (AFFINE_TOY.run)(Arm::Composed, c);
+        let result = check_with(&AFFINE_TOY, &Device::Cpu, dtype, 7, &arm).unwrap();
         assert!(result.ok, "{dtype:?}: {:?}", result.failure);
-        let broken = check_with(
-            &AffineToy,
-            &Device::Cpu,
-            dtype,
-            7,
-            &AffineToy.mutants()[0].run,
-        )
-        .unwrap();
-        assert!(!broken.ok);
+        let broken = AFFINE_TOY.mutants[0].run;
+        let result = check_with(&AFFINE_TOY, &Device::Cpu, dtype, 7, &broken).unwrap();
+        assert!(!result.ok);
     }
 }
 

@@ -2,8 +2,7 @@
 //! the device, so that only the chosen id comes back to the host, not 262,144 logits.
 
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass};
-use super::native::{self, NativeKernel};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
 use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor, D};
 use rand::rngs::StdRng;
@@ -94,64 +93,43 @@ pub fn reference(x: &[f64], n: usize) -> Vec<u32> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).f32_only(),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the largest magnitude instead of the largest value",
+        run: |c| {
+            let indices = composed(&c.float(0).abs()?)?;
+            Ok(vec![c.float(0).gather(&indices.unsqueeze(1)?, 1)?, indices])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        &[DType::F32]
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    // One row of logits-sized vocabulary, several short rows (ties go to the first).
+    for (rows, n) in [(1, 262_144), (3, 1000), (2, 7)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[rows, n], -30.0, 30.0)?;
+        let indices = reference(&x, n);
+        let maxima = indices
+            .iter()
+            .enumerate()
+            .map(|(r, &i)| x[r * n + i as usize])
+            .collect();
+        let mut case = c.finish(format!("[{rows}, {n}]"), maxima);
+        case.expected_indices = Some(indices);
+        cases.push(case);
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_F32
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-        // One row of logits-sized vocabulary, several short rows (ties go to the first).
-        for (rows, n) in [(1, 262_144), (3, 1000), (2, 7)] {
-            let mut c = Builder::new(device, dtype, rng);
-            let x = c.uniform(&[rows, n], -30.0, 30.0)?;
-            let indices = reference(&x, n);
-            let maxima = indices
-                .iter()
-                .enumerate()
-                .map(|(r, &i)| x[r * n + i as usize])
-                .collect();
-            let mut case = c.finish(format!("[{rows}, {n}]"), maxima);
-            case.expected_indices = Some(indices);
-            cases.push(case);
-        }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        // The chosen indices, and the values there (which must be the row maxima).
-        let indices = argmax_on(arm, f(0))?;
-        let values = f(0).gather(&indices.unsqueeze(1)?, 1)?;
-        Ok(vec![values, indices])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[Mutant {
-            what: "the largest magnitude instead of the largest value",
-            run: |c| {
-                let indices = composed(&c.float(0).abs()?)?;
-                Ok(vec![c.float(0).gather(&indices.unsqueeze(1)?, 1)?, indices])
-            },
-        }]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    // The chosen indices, and the values there (which must be the row maxima).
+    let indices = argmax_on(arm, f(0))?;
+    let values = f(0).gather(&indices.unsqueeze(1)?, 1)?;
+    Ok(vec![values, indices])
 }

@@ -3,12 +3,11 @@
 //! rules arrive as an additive f32 mask `[S, T]` (absent when every key is visible, as in decode).
 //! Softmax runs in f32, as the reference's eager attention does.
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::Attention;
 
@@ -220,127 +219,123 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
-
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
-    }
-
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsIntermediate
-    }
-
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[
-            ShapePath {
-                shapes: "up to 16 queries, head_dim up to 512",
-                path: "native: split-K over the keys with an online softmax, K/V read in place",
-                case: "q[8×1×512] kv[2×256] at position 69",
-            },
-            ShapePath {
-                shapes: "more than 16 queries (long prefill blocks)",
-                path: "composed (batched GEMMs: cuBLAS on CUDA)",
-                case: "q[4×24×128] kv[2×30] window 8",
-            },
-            ShapePath {
-                shapes: "head_dim above 512",
-                path: "composed",
-                case: "q[2×2×576] kv[1×7]",
-            },
-        ]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            // (heads, kv heads, queries, keys, head dim, sliding window, first query position,
-            // mask); queries sit at the end of the keys unless a position is given. Without a
-            // mask every key is visible: the eager decode step's call.
-            for (h, kvh, s, t, d, window, first, masked) in [
-                (4, 4, 5, 5, 16, None, None, true),
-                (8, 2, 3, 11, 256, Some(8), None, true),
-                (4, 1, 1, 9, 512, None, None, true),
-                (2, 1, 13, 13, 64, Some(4), None, true),
-                // Decode over many keys: the CUDA arm splits them into chunks and merges.
-                (8, 2, 1, 300, 256, None, None, true),
-                // Eager decode at both of Gemma-4's head sizes: no mask.
-                (8, 2, 1, 300, 256, None, None, false),
-                (16, 4, 1, 70, 512, None, None, false),
-                // Wider heads than the native kernel holds: the composed path.
-                (2, 1, 2, 7, 576, None, None, true),
-                // A graph step's whole cache buffer: only slots up to the position are visible,
-                // so whole chunks are hidden.
-                (8, 2, 1, 256, 512, None, Some(69), true),
-                // Longer than a decode block: the CUDA arm's GEMM path.
-                (4, 2, 24, 30, 128, Some(8), None, true),
-            ] {
-                let mut c = Builder::new(device, dtype, rng);
-                let spread = (d as f64).powf(-0.25) * 1.5;
-                let q = c.uniform(&[1, h, s, d], -spread, spread)?;
-                let k = c.uniform(&[1, kvh, t, d], -spread, spread)?;
-                let v = c.uniform(&[1, kvh, t, d], -1.0, 1.0)?;
-                let first_query = first.unwrap_or(t - s);
-                let mask: Vec<f64> = (0..s)
-                    .flat_map(|i| {
-                        (0..t).map(move |j| {
-                            if super::reference::visible(first_query + i, j, window) {
-                                0.0
-                            } else {
-                                f64::NEG_INFINITY
-                            }
-                        })
-                    })
-                    .collect();
-                if masked {
-                    let mask_f32: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
-                    c.raw(Tensor::from_vec(mask_f32, (s, t), device)?);
-                }
-                let expected = reference(&q, &k, &v, &mask, h, kvh, s, t, d, 1.0);
-                let label = format!(
-                    "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}{}{}",
-                    window.map_or(String::new(), |w| format!(" window {w}")),
-                    first.map_or(String::new(), |p| format!(" at position {p}")),
-                    if masked { "" } else { " no mask" }
-                );
-                cases.push(c.finish(label, expected));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![attention_on(
-            arm,
-            f(0),
-            f(1),
-            f(2),
-            c.optional_raw(0),
-            c.scale,
-        )?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "1/sqrt(d) scaling",
-                run: |c| {
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).shape_paths(SHAPE_PATHS),
+    cases,
+    run,
+    mutants: &[
+        Mutant {
+            what: "1/sqrt(d) scaling",
+            run: |c| {
                 let d = c.float(0).dim(3)? as f64;
-                Ok(vec![composed(c.float(0), c.float(1), c.float(2), c.optional_raw(0), d.powf(-0.5))?])
+                Ok(vec![composed(
+                    c.float(0),
+                    c.float(1),
+                    c.float(2),
+                    c.optional_raw(0),
+                    d.powf(-0.5),
+                )?])
             },
+        },
+        Mutant {
+            what: "the mask ignored",
+            run: |c| {
+                Ok(vec![composed(
+                    c.float(0),
+                    c.float(1),
+                    c.float(2),
+                    None,
+                    c.scale,
+                )?])
             },
-            Mutant {
-                what: "the mask ignored",
-                run: |c| Ok(vec![composed(c.float(0), c.float(1), c.float(2), None, c.scale)?]),
-            },
-        ]
+        },
+    ],
+};
+
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "up to 16 queries, head_dim up to 512",
+        path: "native: split-K over the keys with an online softmax, K/V read in place",
+        case: "q[8×1×512] kv[2×256] at position 69",
+    },
+    ShapePath {
+        shapes: "more than 16 queries (long prefill blocks)",
+        path: "composed (batched GEMMs: cuBLAS on CUDA)",
+        case: "q[4×24×128] kv[2×30] window 8",
+    },
+    ShapePath {
+        shapes: "head_dim above 512",
+        path: "composed",
+        case: "q[2×2×576] kv[1×7]",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    // (heads, kv heads, queries, keys, head dim, sliding window, first query position,
+    // mask); queries sit at the end of the keys unless a position is given. Without a
+    // mask every key is visible: the eager decode step's call.
+    for (h, kvh, s, t, d, window, first, masked) in [
+        (4, 4, 5, 5, 16, None, None, true),
+        (8, 2, 3, 11, 256, Some(8), None, true),
+        (4, 1, 1, 9, 512, None, None, true),
+        (2, 1, 13, 13, 64, Some(4), None, true),
+        // Decode over many keys: the CUDA arm splits them into chunks and merges.
+        (8, 2, 1, 300, 256, None, None, true),
+        // Eager decode at both of Gemma-4's head sizes: no mask.
+        (8, 2, 1, 300, 256, None, None, false),
+        (16, 4, 1, 70, 512, None, None, false),
+        // Wider heads than the native kernel holds: the composed path.
+        (2, 1, 2, 7, 576, None, None, true),
+        // A graph step's whole cache buffer: only slots up to the position are visible,
+        // so whole chunks are hidden.
+        (8, 2, 1, 256, 512, None, Some(69), true),
+        // Longer than a decode block: the CUDA arm's GEMM path.
+        (4, 2, 24, 30, 128, Some(8), None, true),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let spread = (d as f64).powf(-0.25) * 1.5;
+        let q = c.uniform(&[1, h, s, d], -spread, spread)?;
+        let k = c.uniform(&[1, kvh, t, d], -spread, spread)?;
+        let v = c.uniform(&[1, kvh, t, d], -1.0, 1.0)?;
+        let first_query = first.unwrap_or(t - s);
+        let mask: Vec<f64> = (0..s)
+            .flat_map(|i| {
+                (0..t).map(move |j| {
+                    if super::reference::visible(first_query + i, j, window) {
+                        0.0
+                    } else {
+                        f64::NEG_INFINITY
+                    }
+                })
+            })
+            .collect();
+        if masked {
+            let mask_f32: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
+            c.raw(Tensor::from_vec(mask_f32, (s, t), device)?);
+        }
+        let expected = reference(&q, &k, &v, &mask, h, kvh, s, t, d, 1.0);
+        let label = format!(
+            "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}{}{}",
+            window.map_or(String::new(), |w| format!(" window {w}")),
+            first.map_or(String::new(), |p| format!(" at position {p}")),
+            if masked { "" } else { " no mask" }
+        );
+        cases.push(c.finish(label, expected));
     }
+
+    Ok(cases)
+}
+
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![attention_on(
+        arm,
+        f(0),
+        f(1),
+        f(2),
+        c.optional_raw(0),
+        c.scale,
+    )?])
 }

@@ -78,13 +78,13 @@ pub struct CheckResult {
 /// Checks `run` (an arm, or a deliberately broken stand-in in tests) against `contract`'s
 /// cases in `dtype`.
 pub fn check_with(
-    contract: &dyn OpContract,
+    contract: &OpContract,
     device: &Device,
     dtype: DType,
     seed: u64,
     run: &dyn Fn(&Case) -> Result<Vec<Tensor>>,
 ) -> Result<CheckResult> {
-    let tolerance = contract.tolerance().in_dtype(dtype);
+    let tolerance = contract.spec.tolerance.in_dtype(dtype);
     let mut result = CheckResult {
         ok: true,
         dtype: crate::device::dtype_name(dtype).to_string(),
@@ -94,7 +94,7 @@ pub fn check_with(
         tolerance,
         failure: None,
     };
-    let cases = match contract.cases(device, dtype, &mut StdRng::seed_from_u64(seed)) {
+    let cases = match (contract.cases)(device, dtype, &mut StdRng::seed_from_u64(seed)) {
         Ok(cases) => cases,
         Err(e) => {
             result.ok = false;
@@ -139,7 +139,7 @@ pub fn check_arm(
 ) -> Result<CheckResult> {
     let contract = op.contract();
     check_with(contract, device, dtype, seed, &|case| {
-        contract.run(arm, case)
+        (contract.run)(arm, case)
     })
 }
 
@@ -391,11 +391,11 @@ pub struct Perf {
 
 pub fn time_arm(op: Op, arm: Arm, device: &Device, dtype: DType, seed: u64) -> Result<Perf> {
     let contract = op.contract();
-    let cases = contract.cases(device, dtype, &mut StdRng::seed_from_u64(seed))?;
+    let cases = (contract.cases)(device, dtype, &mut StdRng::seed_from_u64(seed))?;
     let Some(case) = cases.last() else {
         candle_core::bail!("{} has no check cases", op.name());
     };
-    let outputs = contract.run(arm, case)?;
+    let outputs = (contract.run)(arm, case)?;
     let bytes: usize = case
         .floats
         .iter()
@@ -404,15 +404,15 @@ pub fn time_arm(op: Op, arm: Arm, device: &Device, dtype: DType, seed: u64) -> R
         .chain(&outputs)
         .map(|t| t.elem_count() * t.dtype().size_in_bytes())
         .sum();
-    let flops = contract.flops(case);
+    let flops = contract.spec.flops.and_then(|flops| flops(case));
     for _ in 0..3 {
-        contract.run(arm, case)?;
+        (contract.run)(arm, case)?;
     }
     device.synchronize()?;
     let started = std::time::Instant::now();
     let mut calls = 0u32;
     while calls < 10 || (started.elapsed().as_secs_f64() < 0.05 && calls < 1000) {
-        contract.run(arm, case)?;
+        (contract.run)(arm, case)?;
         calls += 1;
         if calls.is_multiple_of(10) {
             device.synchronize()?;

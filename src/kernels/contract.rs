@@ -5,7 +5,7 @@
 //! these contracts; it knows nothing about any op.
 
 use super::check::Case;
-use super::native::{Arm, NativeKernel};
+use super::native::{self, Arm, NativeKernel};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 use serde::Serialize;
@@ -71,26 +71,85 @@ pub struct Mutant {
     pub run: fn(&Case) -> Result<Vec<Tensor>>,
 }
 
-/// One fused op's whole contract; the registry in `mod.rs` holds one per op.
-pub trait OpContract: Sync {
+/// Fresh check cases of an op in one dtype: real and tiny shapes, odd sizes, every shape
+/// path's range. The last case is the one `--perf` times.
+pub type CasesFn = fn(&Device, DType, &mut StdRng) -> Result<Vec<Case>>;
+/// Runs one arm on one case; the outputs are compared with the case's reference in order.
+pub type RunFn = fn(Arm, &Case) -> Result<Vec<Tensor>>;
+
+/// What an op declares about itself besides its cases, arms and mutants. The constructors
+/// give the common answers; each op states only where it differs.
+#[derive(Clone, Copy, Debug)]
+pub struct OpSpec {
     /// Activation dtypes the op is checked in.
-    fn dtypes(&self) -> &'static [DType];
-    fn tolerance(&self) -> ToleranceClass;
+    pub dtypes: &'static [DType],
+    pub tolerance: ToleranceClass,
     /// The native kernels written for the op.
-    fn native_kernels(&self) -> &'static [NativeKernel];
+    pub native_kernels: &'static [NativeKernel],
     /// Shapes a native arm hands to another path (empty: every shape runs natively).
-    fn shape_paths(&self) -> &'static [ShapePath];
-    fn model_use(&self) -> ModelUse;
-    /// Fresh check cases: real and tiny shapes, odd sizes, every shape path's range. The last
-    /// case is the one `--perf` times.
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>>;
-    /// Runs `arm` on `case`; the outputs are compared with the case's reference in order.
-    fn run(&self, arm: Arm, case: &Case) -> Result<Vec<Tensor>>;
-    /// Floating-point operations of one call on `case`, for ops worth a TFLOP/s figure.
-    fn flops(&self, case: &Case) -> Option<f64> {
-        let _ = case;
-        None
+    pub shape_paths: &'static [ShapePath],
+    pub model_use: ModelUse,
+    /// Floating-point operations of one call on a case, for ops worth a TFLOP/s figure.
+    pub flops: Option<fn(&Case) -> Option<f64>>,
+}
+
+impl OpSpec {
+    /// Checked in every float dtype, with a native kernel in each, called by the model.
+    pub const fn floats(tolerance: ToleranceClass) -> OpSpec {
+        OpSpec {
+            dtypes: FLOATS,
+            tolerance,
+            native_kernels: native::CUDA_FLOATS,
+            shape_paths: &[],
+            model_use: ModelUse::Used,
+            flops: None,
+        }
     }
+
+    /// Runs on f32 only (logits, accumulators), natively too.
+    pub const fn f32_only(self) -> OpSpec {
+        OpSpec {
+            dtypes: &[DType::F32],
+            native_kernels: native::CUDA_F32,
+            ..self
+        }
+    }
+
+    pub const fn shape_paths(self, shape_paths: &'static [ShapePath]) -> OpSpec {
+        OpSpec {
+            shape_paths,
+            ..self
+        }
+    }
+
+    pub const fn not_used_yet(self, why: &'static str) -> OpSpec {
+        OpSpec {
+            model_use: ModelUse::NotYet(why),
+            ..self
+        }
+    }
+
+    pub const fn flops(self, flops: fn(&Case) -> Option<f64>) -> OpSpec {
+        OpSpec {
+            flops: Some(flops),
+            ..self
+        }
+    }
+}
+
+/// One fused op's whole contract; the registry in `mod.rs` holds one per op, and every field
+/// must be given.
+pub struct OpContract {
+    pub spec: OpSpec,
+    pub cases: CasesFn,
+    pub run: RunFn,
     /// Broken arms the check must reject (at least one).
-    fn mutants(&self) -> &'static [Mutant];
+    pub mutants: &'static [Mutant],
+}
+
+/// `2·M·N·K` of a GEMM case whose first float input is `[M, K]` and second `[N, K]`.
+pub fn gemm_flops(case: &Case) -> Option<f64> {
+    let (m, k) = case.float(0).dims2().ok()?;
+    let n = case.float(1).dim(0).ok()?;
+    Some(2.0 * (m * n * k) as f64)
 }

@@ -1,12 +1,11 @@
 //! `dequant_fp8_channel`: `W = f32(W_e4m3) × scale[row]`, cast to the compute dtype
 //! (compressed-tensors FP8 checkpoints store one scale per output channel).
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::{rngs::StdRng, Rng};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::{rngs::StdRng, Rng};
 
 const OP: Op = Op::DequantFp8Channel;
 
@@ -75,57 +74,29 @@ pub fn reference(weight: &[f64], scale: &[f64], k: usize) -> Vec<f64> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the row scales ignored",
+        run: |c| Ok(vec![c.raw(0).to_dtype(DType::F32)?.to_dtype(c.dtype)?]),
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (n, k) in [(3, 5), (17, 129), (64, 256)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let (weight, scale) = fp8_weight(&mut c, n, k)?;
+        cases.push(c.finish(format!("[{n}, {k}]"), reference(&weight, &scale, k)));
     }
+    Ok(cases)
+}
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
-
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-        for (n, k) in [(3, 5), (17, 129), (64, 256)] {
-            let mut c = Builder::new(device, dtype, rng);
-            let (weight, scale) = fp8_weight(&mut c, n, k)?;
-            cases.push(c.finish(format!("[{n}, {k}]"), reference(&weight, &scale, k)));
-        }
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![dequant_fp8_channel_on(
-                arm,
-                c.raw(0),
-                f(0),
-                c.dtype,
-            )?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the row scales ignored",
-                run: |c| Ok(vec![c.raw(0).to_dtype(DType::F32)?.to_dtype(c.dtype)?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![dequant_fp8_channel_on(arm, c.raw(0), f(0), c.dtype)?])
 }
 
 /// A check input: an e4m3 weight `[n, k]` (a raw input) and its f32 row scales (a float

@@ -1,12 +1,11 @@
 //! `dual_rms_norm_plus_res`: `residual' = residual + rms_norm(x; w1)`, then
 //! `y = rms_norm(residual'; w2)` — one branch's post-norm fused with the next branch's pre-norm.
 
-use super::{arm_for, reference, rms_norm, Arm, Op};
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, reference, rms_norm, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::DualRmsNormPlusRes;
 
@@ -110,85 +109,58 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
-
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
-    }
-
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
-
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[
-            ShapePath {
-                shapes: "rows up to 8192 wide",
-                path: "native: one block per row, the row held in registers",
-                case: "[2, 8192]",
-            },
-            ShapePath {
-                shapes: "rows wider than 8192",
-                path: "composed",
-                case: "[1, 8200]",
-            },
-        ]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            // 5376 is the 31B model's hidden size; 8192 the widest row held in registers.
-            for (rows, cols) in [
-                (1, 64),
-                (3, 257),
-                (2, 8192),
-                (1, 8200),
-                (2, 5376),
-                (5, 2560),
-            ] {
-                let mut c = Builder::new(device, dtype, rng);
-                let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
-                let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
-                let w1 = c.float(&[cols], norm_weight)?;
-                let w2 = c.float(&[cols], norm_weight)?;
-                let expected = reference(&r, &x, cols, &w1, &w2, 1e-6);
-                cases.push(c.finish(format!("[{rows}, {cols}]"), expected));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        let (r, y) = dual_rms_norm_plus_res_on(
-                arm,
-                f(0),
-                f(1),
-                f(2),
-                f(3),
-                c.eps,
-            )?;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(SHAPE_PATHS),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the two norm weights swapped",
+        run: |c| {
+            let (r, y) = composed(c.float(0), c.float(1), c.float(3), c.float(2), c.eps)?;
             Ok(vec![r, y])
+        },
+    }],
+};
+
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "rows up to 8192 wide",
+        path: "native: one block per row, the row held in registers",
+        case: "[2, 8192]",
+    },
+    ShapePath {
+        shapes: "rows wider than 8192",
+        path: "composed",
+        case: "[1, 8200]",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    // 5376 is the 31B model's hidden size; 8192 the widest row held in registers.
+    for (rows, cols) in [
+        (1, 64),
+        (3, 257),
+        (2, 8192),
+        (1, 8200),
+        (2, 5376),
+        (5, 2560),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
+        let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
+        let w1 = c.float(&[cols], norm_weight)?;
+        let w2 = c.float(&[cols], norm_weight)?;
+        let expected = reference(&r, &x, cols, &w1, &w2, 1e-6);
+        cases.push(c.finish(format!("[{rows}, {cols}]"), expected));
     }
 
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the two norm weights swapped",
-                run: |c| {
-                let (r, y) = composed(c.float(0), c.float(1), c.float(3), c.float(2), c.eps)?;
-                Ok(vec![r, y])
-            },
-            },
-        ]
-    }
+    Ok(cases)
+}
+
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    let (r, y) = dual_rms_norm_plus_res_on(arm, f(0), f(1), f(2), f(3), c.eps)?;
+    Ok(vec![r, y])
 }

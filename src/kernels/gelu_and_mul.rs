@@ -1,12 +1,11 @@
 //! `gelu_and_mul`: `gelu_tanh(gate) ⊙ up` over one packed `[rows, 2D]` tensor laid out
 //! `[gate ‖ up]` (the MoE experts' `gate_up_proj` output).
 
-use super::{arm_for, gelu_mul, reference, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, gelu_mul, reference, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor, D};
 use rand::rngs::StdRng;
-use candle_core::{DType, Device, D, Result, Tensor};
 
 const OP: Op = Op::GeluAndMul;
 
@@ -62,58 +61,32 @@ pub fn reference(packed: &[f64], d: usize) -> Vec<f64> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "halves swapped (up ‖ gate)",
+        run: |c| {
+            let d = c.float(0).dim(1)? / 2;
+            let (gate, up) = (c.float(0).narrow(1, 0, d)?, c.float(0).narrow(1, d, d)?);
+            Ok(vec![super::gelu_mul::composed(&up, &gate)?])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, d) in [(1, 7), (3, 129), (9, 704)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let packed = c.uniform(&[rows, 2 * d], -3.0, 3.0)?;
+        cases.push(c.finish(format!("[{rows}, 2×{d}]"), reference(&packed, d)));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsIntermediate
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, d) in [(1, 7), (3, 129), (9, 704)] {
-                let mut c = Builder::new(device, dtype, rng);
-                let packed = c.uniform(&[rows, 2 * d], -3.0, 3.0)?;
-                cases.push(c.finish(
-                    format!("[{rows}, 2×{d}]"),
-                    reference(&packed, d),
-                ));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![gelu_and_mul_on(arm, f(0))?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "halves swapped (up ‖ gate)",
-                run: |c| {
-                let d = c.float(0).dim(1)? / 2;
-                let (gate, up) = (c.float(0).narrow(1, 0, d)?, c.float(0).narrow(1, d, d)?);
-                Ok(vec![super::gelu_mul::composed(&up, &gate)?])
-            },
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![gelu_and_mul_on(arm, f(0))?])
 }

@@ -1,11 +1,10 @@
 //! `gelu_mul`: `gelu_tanh(gate) ⊙ up` over two separate tensors (dense MLP, PLE gate, MoE experts).
 
-use super::{arm_for, reference, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::GeluMul;
 
@@ -63,52 +62,29 @@ pub fn reference(gate: &[f64], up: &[f64]) -> Vec<f64> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "gate and up swapped",
+        run: |c| Ok(vec![(c.float(1).gelu()? * c.float(0))?]),
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, cols) in [(1, 7), (3, 257), (17, 1024)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let gate = c.uniform(&[rows, cols], -4.0, 4.0)?;
+        let up = c.uniform(&[rows, cols], -2.0, 2.0)?;
+        cases.push(c.finish(format!("[{rows}, {cols}]"), reference(&gate, &up)));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsIntermediate
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, cols) in [(1, 7), (3, 257), (17, 1024)] {
-                let mut c = Builder::new(device, dtype, rng);
-                let gate = c.uniform(&[rows, cols], -4.0, 4.0)?;
-                let up = c.uniform(&[rows, cols], -2.0, 2.0)?;
-                cases.push(c.finish(format!("[{rows}, {cols}]"), reference(&gate, &up)));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![gelu_mul_on(arm, f(0), f(1))?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "gate and up swapped",
-                run: |c| Ok(vec![(c.float(1).gelu()? * c.float(0))?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![gelu_mul_on(arm, f(0), f(1))?])
 }

@@ -2,12 +2,11 @@
 //! a handful of rows by each weight once, which makes it a matrix-vector product bound by reading
 //! W: the native arm streams W once with wide loads for every row of X at the same time.
 
-use super::{arm_for, reference, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::Linear;
 
@@ -98,87 +97,66 @@ pub fn reference(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64>
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce)
+        .shape_paths(SHAPE_PATHS)
+        .flops(gemm_flops),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the last element of K dropped (a tail bug)",
+        run: |c| {
+            let k = c.float(0).dim(1)?;
+            Ok(vec![composed(
+                &c.float(0).narrow(1, 0, k - 1)?,
+                &c.float(1).narrow(1, 0, k - 1)?,
+            )?])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "up to 8 rows (decode), K a whole number of 16-byte vectors",
+        path: "native GEMV: W streamed once for all rows",
+        case: "M8 N64 K512",
+    },
+    ShapePath {
+        shapes: "more than 8 rows (prefill)",
+        path: "composed (candle's matmul: cuBLAS on CUDA)",
+        case: "M24 N48 K96",
+    },
+    ShapePath {
+        shapes: "K not a whole number of 16-byte vectors",
+        path: "composed",
+        case: "M2 N19 K27",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, and last
+    // (the one `--perf` times) a decode GEMV of a model's size, bound by reading W.
+    for (m, n, k) in [
+        (1, 37, 64),
+        (3, 130, 264),
+        (8, 64, 512),
+        (2, 19, 27),
+        (24, 48, 96),
+        (1, 4096, 4096),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[m, k], -1.0, 1.0)?;
+        let w = c.uniform(&[n, k], -1.0, 1.0)?;
+        let expected = reference(&x, &w, m, n, k);
+        cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[
-            ShapePath {
-                shapes: "up to 8 rows (decode), K a whole number of 16-byte vectors",
-                path: "native GEMV: W streamed once for all rows",
-                case: "M8 N64 K512",
-            },
-            ShapePath {
-                shapes: "more than 8 rows (prefill)",
-                path: "composed (candle's matmul: cuBLAS on CUDA)",
-                case: "M24 N48 K96",
-            },
-            ShapePath {
-                shapes: "K not a whole number of 16-byte vectors",
-                path: "composed",
-                case: "M2 N19 K27",
-            },
-        ]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, and last
-            // (the one `--perf` times) a decode GEMV of a model's size, bound by reading W.
-            for (m, n, k) in [
-                (1, 37, 64),
-                (3, 130, 264),
-                (8, 64, 512),
-                (2, 19, 27),
-                (24, 48, 96),
-                (1, 4096, 4096),
-            ] {
-                let mut c = Builder::new(device, dtype, rng);
-                let x = c.uniform(&[m, k], -1.0, 1.0)?;
-                let w = c.uniform(&[n, k], -1.0, 1.0)?;
-                let expected = reference(&x, &w, m, n, k);
-                cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![linear_on(arm, f(0), f(1))?])
-    }
-
-    fn flops(&self, case: &Case) -> Option<f64> {
-        let (m, k) = case.float(0).dims2().ok()?;
-        let n = case.float(1).dim(0).ok()?;
-        Some(2.0 * (m * n * k) as f64)
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the last element of K dropped (a tail bug)",
-                run: |c| {
-                let k = c.float(0).dim(1)?;
-                Ok(vec![composed(&c.float(0).narrow(1, 0, k - 1)?, &c.float(1).narrow(1, 0, k - 1)?)?])
-            },
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![linear_on(arm, f(0), f(1))?])
 }

@@ -1,11 +1,10 @@
 //! `matmul_bt_alpha_beta`: `C = α·A·Bᵀ + β·C`, the accumulating GEMM (MoE expert accumulation).
 
-use super::{arm_for, reference, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::MatmulBtAlphaBeta;
 
@@ -63,73 +62,46 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).not_used_yet("meant for accumulating MoE expert outputs in one GEMM; the MoE path uses moe_weighted_scatter_add today").flops(gemm_flops),
+    cases,
+    run,
+    mutants: &[
+        Mutant {
+            what: "β ignored (C overwritten)",
+            run: |c| Ok(vec![composed(c.float(0), c.float(1), c.float(2), c.alpha, 0.0)?]),
+        },
+    ],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (m, n, k, alpha, beta) in [
+        (1, 7, 9, 1.0, 1.0),
+        (5, 33, 65, 0.5, 1.0),
+        (16, 64, 128, 1.0, 0.0),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let a = c.uniform(&[m, k], -1.0, 1.0)?;
+        let bt = c.uniform(&[n, k], -1.0, 1.0)?;
+        let acc = c.uniform(&[m, n], -2.0, 2.0)?;
+        let expected = reference(&a, &bt, &acc, m, n, k, alpha, beta);
+        let mut case = c.finish(format!("M{m} N{n} K{k} α{alpha} β{beta}"), expected);
+        (case.alpha, case.beta) = (alpha, beta);
+        cases.push(case);
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::NotYet("meant for accumulating MoE expert outputs in one GEMM; the MoE path uses moe_weighted_scatter_add today")
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (m, n, k, alpha, beta) in [
-                (1, 7, 9, 1.0, 1.0),
-                (5, 33, 65, 0.5, 1.0),
-                (16, 64, 128, 1.0, 0.0),
-            ] {
-                let mut c = Builder::new(device, dtype, rng);
-                let a = c.uniform(&[m, k], -1.0, 1.0)?;
-                let bt = c.uniform(&[n, k], -1.0, 1.0)?;
-                let acc = c.uniform(&[m, n], -2.0, 2.0)?;
-                let expected = reference(&a, &bt, &acc, m, n, k, alpha, beta);
-                let mut case = c.finish(format!("M{m} N{n} K{k} α{alpha} β{beta}"), expected);
-                (case.alpha, case.beta) = (alpha, beta);
-                cases.push(case);
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![matmul_bt_alpha_beta_on(
-                arm,
-                f(0),
-                f(1),
-                f(2),
-                c.alpha,
-                c.beta,
-            )?])
-    }
-
-    fn flops(&self, case: &Case) -> Option<f64> {
-        let (m, k) = case.float(0).dims2().ok()?;
-        let n = case.float(1).dim(0).ok()?;
-        Some(2.0 * (m * n * k) as f64)
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "β ignored (C overwritten)",
-                run: |c| Ok(vec![composed(c.float(0), c.float(1), c.float(2), c.alpha, 0.0)?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![matmul_bt_alpha_beta_on(
+        arm,
+        f(0),
+        f(1),
+        f(2),
+        c.alpha,
+        c.beta,
+    )?])
 }

@@ -1,12 +1,11 @@
 //! `matmul_bt_fp8_channel`: `Y = X · (W_e4m3 × scale[row])ᵀ`. The composed arm materialises the
 //! dequantised weight; a native arm exists to avoid exactly that.
 
-use super::{arm_for, dequant_fp8_channel, reference, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, dequant_fp8_channel, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::MatmulBtFp8Channel;
 
@@ -77,63 +76,31 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).not_used_yet("meant for FP8 checkpoints run in FP8; weights are dequantised at load today (dequant_fp8_channel)").flops(gemm_flops),
+    cases,
+    run,
+    mutants: &[
+        Mutant {
+            what: "the row scales ignored",
+            run: |c| Ok(vec![composed(c.float(0), c.raw(0), &c.float(1).ones_like()?)?]),
+        },
+    ],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (m, n, k) in [(1, 3, 5), (3, 17, 129), (8, 64, 256)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[m, k], -1.0, 1.0)?;
+        let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
+        let expected = reference(&x, &weight, &scale, m, n, k);
+        cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
     }
+    Ok(cases)
+}
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsIntermediate
-    }
-
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::NotYet("meant for FP8 checkpoints run in FP8; weights are dequantised at load today (dequant_fp8_channel)")
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-        for (m, n, k) in [(1, 3, 5), (3, 17, 129), (8, 64, 256)] {
-            let mut c = Builder::new(device, dtype, rng);
-            let x = c.uniform(&[m, k], -1.0, 1.0)?;
-            let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
-            let expected = reference(&x, &weight, &scale, m, n, k);
-            cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
-        }
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![matmul_bt_fp8_channel_on(
-            arm,
-            f(0),
-            c.raw(0),
-            f(1),
-        )?])
-    }
-
-    fn flops(&self, case: &Case) -> Option<f64> {
-        let (m, k) = case.float(0).dims2().ok()?;
-        let n = case.float(1).dim(0).ok()?;
-        Some(2.0 * (m * n * k) as f64)
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the row scales ignored",
-                run: |c| Ok(vec![composed(c.float(0), c.raw(0), &c.float(1).ones_like()?)?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![matmul_bt_fp8_channel_on(arm, f(0), c.raw(0), f(1))?])
 }

@@ -7,9 +7,10 @@
 //! One predicate, [`arm_for`], decides which arm runs; the model's dispatch and `g4 probe-ops`
 //! both call it, so the report cannot disagree with what runs.
 //!
-//! Adding an op: write its module (arms + `pub struct Contract` implementing `OpContract`),
-//! its kernel source under `cuda/`, and one line in the table below. The compiler rejects a
-//! module without a complete contract, and `Op::ALL` is generated from the same line.
+//! Adding an op: write its module (arms + `pub const CONTRACT: OpContract`), its kernel source
+//! under `cuda/`, its `pub mod` line and one line in the `fused_ops!` table below. The compiler
+//! rejects a module without a complete contract (and a module that names an `Op` not in the
+//! table); `Op::ALL` is generated from the table.
 
 pub mod check;
 pub mod contract;
@@ -17,17 +18,34 @@ pub mod native;
 pub mod probe;
 pub mod reference;
 
+// The op modules (declared here, outside the macro below, so that rustfmt reaches them).
+pub mod argmax;
+pub mod attention;
+pub mod dequant_fp8_channel;
+pub mod dual_rms_norm_plus_res;
+pub mod gelu_and_mul;
+pub mod gelu_mul;
+pub mod linear;
+pub mod matmul_bt_alpha_beta;
+pub mod matmul_bt_fp8_channel;
+pub mod moe_gather_rows;
+pub mod moe_router_topk;
+pub mod moe_weighted_scatter_add;
+pub mod moe_zero;
+pub mod rms_norm;
+pub mod rms_norm_plus_add;
+pub mod rope;
+pub mod softcap;
+
 pub use native::{Arm, Backend, NativeKernel, Unavailable};
 
 use candle_core::{DType, Device};
 use contract::OpContract;
 
-/// Declares the fused ops: `Variant => module` per op. Generates the modules, the `Op` enum,
-/// `Op::ALL`, each op's name (its module's name) and its contract.
+/// Registers the fused ops: `Variant => module` per op. Generates the `Op` enum, `Op::ALL`,
+/// each op's name (its module's name) and its contract.
 macro_rules! fused_ops {
     ($($variant:ident => $module:ident),+ $(,)?) => {
-        $(pub mod $module;)+
-
         /// A fused operator of the Gemma-4 forward pass (ARCHITECTURE.md, "The fused ops").
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum Op {
@@ -44,9 +62,9 @@ macro_rules! fused_ops {
             }
 
             /// Everything the op declares about itself (`contract.rs`).
-            pub fn contract(self) -> &'static dyn OpContract {
+            pub fn contract(self) -> &'static OpContract {
                 match self {
-                    $(Op::$variant => &$module::Contract),+
+                    $(Op::$variant => &$module::CONTRACT),+
                 }
             }
         }
@@ -80,7 +98,7 @@ impl Op {
 
     /// The native kernels written for this op.
     pub fn native_kernels(self) -> &'static [NativeKernel] {
-        self.contract().native_kernels()
+        self.contract().spec.native_kernels
     }
 }
 

@@ -1,11 +1,10 @@
 //! `moe_gather_rows`: the rows of X assigned to one expert.
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::{rngs::StdRng, Rng};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::{rngs::StdRng, Rng};
 
 const OP: Op = Op::MoeGatherRows;
 
@@ -57,61 +56,35 @@ pub fn reference(x: &[f64], cols: usize, rows: &[usize]) -> Vec<f64> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the row list read backwards",
+        run: |c| {
+            let mut rows = c.raw(0).to_vec1::<u32>()?;
+            rows.reverse();
+            let reversed = Tensor::new(rows, c.raw(0).device())?;
+            Ok(vec![composed(c.float(0), &reversed)?])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (n, h, r) in [(1, 7, 1), (6, 65, 9), (32, 256, 40)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[n, h], -2.0, 2.0)?;
+        let rows: Vec<usize> = (0..r).map(|_| c.rng.random_range(0..n)).collect();
+        c.indices(&rows.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
+        cases.push(c.finish(format!("[{n}, {h}] → {r} rows"), reference(&x, h, &rows)));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (n, h, r) in [(1, 7, 1), (6, 65, 9), (32, 256, 40)] {
-                let mut c = Builder::new(device, dtype, rng);
-                let x = c.uniform(&[n, h], -2.0, 2.0)?;
-                let rows: Vec<usize> = (0..r).map(|_| c.rng.random_range(0..n)).collect();
-                c.indices(&rows.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
-                cases.push(c.finish(
-                    format!("[{n}, {h}] → {r} rows"),
-                    reference(&x, h, &rows),
-                ));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![moe_gather_rows_on(arm, f(0), c.raw(0))?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the row list read backwards",
-                run: |c| {
-                let mut rows = c.raw(0).to_vec1::<u32>()?;
-                rows.reverse();
-                let reversed = Tensor::new(rows, c.raw(0).device())?;
-                Ok(vec![composed(c.float(0), &reversed)?])
-            },
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![moe_gather_rows_on(arm, f(0), c.raw(0))?])
 }

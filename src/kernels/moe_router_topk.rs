@@ -1,12 +1,11 @@
 //! `moe_router_topk`: softmax over all experts (f32) → top-k → renormalise to sum 1 →
 //! × `per_expert_scale[expert]`.
 
-use super::{arm_for, Arm, Op};
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::{rngs::StdRng, Rng};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::{rngs::StdRng, Rng};
 
 const OP: Op = Op::MoeRouterTopk;
 
@@ -106,73 +105,49 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "no renormalisation after top-k",
+        run: |c| {
+            let (w, idx) = composed(c.float(0), c.k, c.float(1))?;
+            Ok(vec![(w * 0.9)?, idx])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
-    }
-
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
-
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, experts, k) in [(1, 4, 2), (3, 16, 4), (5, 128, 8)] {
-                let mut c = Builder::new(device, dtype, rng);
-                // Distinct, well-separated logits: rounding can never create a tie.
-                let mut logits = Vec::with_capacity(rows * experts);
-                for _ in 0..rows {
-                    let mut row: Vec<f64> = (0..experts)
-                        .map(|e| e as f64 * 0.1 - experts as f64 * 0.05)
-                        .collect();
-                    for i in (1..row.len()).rev() {
-                        row.swap(i, c.rng.random_range(0..=i));
-                    }
-                    logits.extend(row);
-                }
-                let logits = c.values_as(&[rows, experts], dtype, logits)?;
-                let scale = c.float(&[experts], norm_weight)?;
-                let picked = reference(&logits, experts, k, &scale);
-                let weights = picked.iter().flatten().map(|&(_, w)| w).collect();
-                let mut case = c.finish(format!("[{rows}, {experts}] top-{k}"), weights);
-                case.k = k;
-                case.expected_indices =
-                    Some(picked.iter().flatten().map(|&(e, _)| e as u32).collect());
-                cases.push(case);
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, experts, k) in [(1, 4, 2), (3, 16, 4), (5, 128, 8)] {
+        let mut c = Builder::new(device, dtype, rng);
+        // Distinct, well-separated logits: rounding can never create a tie.
+        let mut logits = Vec::with_capacity(rows * experts);
+        for _ in 0..rows {
+            let mut row: Vec<f64> = (0..experts)
+                .map(|e| e as f64 * 0.1 - experts as f64 * 0.05)
+                .collect();
+            for i in (1..row.len()).rev() {
+                row.swap(i, c.rng.random_range(0..=i));
             }
-
-        Ok(cases)
+            logits.extend(row);
+        }
+        let logits = c.values_as(&[rows, experts], dtype, logits)?;
+        let scale = c.float(&[experts], norm_weight)?;
+        let picked = reference(&logits, experts, k, &scale);
+        let weights = picked.iter().flatten().map(|&(_, w)| w).collect();
+        let mut case = c.finish(format!("[{rows}, {experts}] top-{k}"), weights);
+        case.k = k;
+        case.expected_indices = Some(picked.iter().flatten().map(|&(e, _)| e as u32).collect());
+        cases.push(case);
     }
 
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        let (w, idx) = moe_router_topk_on(arm, f(0), c.k, f(1))?;
-            Ok(vec![w, idx])
-    }
+    Ok(cases)
+}
 
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "no renormalisation after top-k",
-                run: |c| {
-                let (w, idx) = composed(c.float(0), c.k, c.float(1))?;
-                Ok(vec![(w * 0.9)?, idx])
-            },
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    let (w, idx) = moe_router_topk_on(arm, f(0), c.k, f(1))?;
+    Ok(vec![w, idx])
 }

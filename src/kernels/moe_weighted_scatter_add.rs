@@ -1,11 +1,10 @@
 //! `moe_weighted_scatter_add`: `out[token[r]] += w[r] · y[r]`, accumulated in f32.
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::{rngs::StdRng, Rng};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::{rngs::StdRng, Rng};
 
 const OP: Op = Op::MoeWeightedScatterAdd;
 
@@ -91,65 +90,42 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the routing weights ignored",
+        run: |c| {
+            let ones = c.float(1).ones_like()?;
+            Ok(vec![composed(c.float(0), c.raw(0), &ones, c.float(2))?])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (n, h, r) in [(1, 7, 2), (6, 65, 9), (32, 256, 64)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let out = c.float_as(&[n, h], DType::F32, |r| r.random_range(-1.0..1.0))?;
+        let tokens: Vec<usize> = (0..r).map(|_| c.rng.random_range(0..n)).collect();
+        c.indices(&tokens.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
+        let w = c.float_as(&[r], DType::F32, |r| r.random_range(0.0..1.0))?;
+        let y = c.uniform(&[r, h], -2.0, 2.0)?;
+        let expected = reference(&out, h, &tokens, &w, &y);
+        cases.push(c.finish(format!("{r} rows → [{n}, {h}]"), expected));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (n, h, r) in [(1, 7, 2), (6, 65, 9), (32, 256, 64)] {
-                let mut c = Builder::new(device, dtype, rng);
-                let out = c.float_as(&[n, h], DType::F32, |r| r.random_range(-1.0..1.0))?;
-                let tokens: Vec<usize> = (0..r).map(|_| c.rng.random_range(0..n)).collect();
-                c.indices(&tokens.iter().map(|&i| i as u32).collect::<Vec<_>>())?;
-                let w = c.float_as(&[r], DType::F32, |r| r.random_range(0.0..1.0))?;
-                let y = c.uniform(&[r, h], -2.0, 2.0)?;
-                let expected = reference(&out, h, &tokens, &w, &y);
-                cases.push(c.finish(format!("{r} rows → [{n}, {h}]"), expected));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![moe_weighted_scatter_add_on(
-                arm,
-                f(0),
-                c.raw(0),
-                f(1),
-                f(2),
-            )?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the routing weights ignored",
-                run: |c| {
-                let ones = c.float(1).ones_like()?;
-                Ok(vec![composed(c.float(0), c.raw(0), &ones, c.float(2))?])
-            },
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![moe_weighted_scatter_add_on(
+        arm,
+        f(0),
+        c.raw(0),
+        f(1),
+        f(2),
+    )?])
 }

@@ -1,11 +1,10 @@
 //! `moe_zero`: a zeroed f32 accumulation buffer for the experts' weighted sum.
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::MoeZero;
 
@@ -44,58 +43,35 @@ pub fn reference(rows: usize, cols: usize) -> Vec<f64> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).f32_only(),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "writes nothing (its output left as allocated)",
+        run: |c| {
+            Ok(vec![super::native::empty(
+                (c.rows, c.cols),
+                DType::F32,
+                c.raw(0).device(),
+            )?])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        &[DType::F32]
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, cols) in [(1, 64), (7, 33), (128, 2560)] {
+        let mut c = Builder::new(device, dtype, rng);
+        c.raw(Tensor::zeros(1, DType::U32, device)?);
+        let mut case = c.finish(format!("[{rows}, {cols}]"), reference(rows, cols));
+        (case.rows, case.cols) = (rows, cols);
+        cases.push(case);
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_F32
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, cols) in [(1, 64), (7, 33), (128, 2560)] {
-                let mut c = Builder::new(device, dtype, rng);
-                c.raw(Tensor::zeros(1, DType::U32, device)?);
-                let mut case =
-                    c.finish(format!("[{rows}, {cols}]"), reference(rows, cols));
-                (case.rows, case.cols) = (rows, cols);
-                cases.push(case);
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        Ok(vec![moe_zero_on(
-            arm,
-            c.rows,
-            c.cols,
-            c.raw(0).device(),
-        )?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "writes nothing (its output left as allocated)",
-                run: |c| Ok(vec![super::native::empty((c.rows, c.cols), DType::F32, c.raw(0).device())?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    Ok(vec![moe_zero_on(arm, c.rows, c.cols, c.raw(0).device())?])
 }

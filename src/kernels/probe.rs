@@ -65,12 +65,13 @@ pub fn probe(op: Op, device: &Device, options: &ProbeOptions) -> Result<OpReport
         .dtypes
         .iter()
         .copied()
-        .filter(|d| op.contract().dtypes().contains(d))
+        .filter(|d| op.contract().spec.dtypes.contains(d))
         .collect();
     let contract = op.contract();
     if dtypes.is_empty() {
         let names: Vec<&str> = contract
-            .dtypes()
+            .spec
+            .dtypes
             .iter()
             .map(|&d| crate::device::dtype_name(d))
             .collect();
@@ -78,8 +79,8 @@ pub fn probe(op: Op, device: &Device, options: &ProbeOptions) -> Result<OpReport
             op: op.name(),
             selected_arm: "none".to_string(),
             selected_ok: true,
-            model_use: contract.model_use(),
-            shape_paths: contract.shape_paths(),
+            model_use: contract.spec.model_use,
+            shape_paths: contract.spec.shape_paths,
             not_applicable: Some(format!("{} runs in {} only", op.name(), names.join(", "))),
             arms: Vec::new(),
         });
@@ -144,8 +145,8 @@ pub fn probe(op: Op, device: &Device, options: &ProbeOptions) -> Result<OpReport
         op: op.name(),
         selected_arm,
         selected_ok,
-        model_use: contract.model_use(),
-        shape_paths: contract.shape_paths(),
+        model_use: contract.spec.model_use,
+        shape_paths: contract.spec.shape_paths,
         not_applicable: None,
         arms,
     })

@@ -1,12 +1,11 @@
 //! `rms_norm`: Gemma-4 RMSNorm — f32 internally, plain weight (not 1+w), optional weightless form.
 //! The weight is applied in f32 before the cast back, as the reference does.
 
-use super::{arm_for, reference, Arm, Op};
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, reference, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor, D};
 use rand::rngs::StdRng;
-use candle_core::{DType, Device, D, Result, Tensor};
 
 const OP: Op = Op::RmsNorm;
 
@@ -73,93 +72,75 @@ pub fn reference(x: &[f64], cols: usize, weight: Option<&[f64]>, eps: f64) -> Ve
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
-
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
-    }
-
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
-
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[
-            ShapePath {
-                shapes: "rows up to 8192 wide",
-                path: "native: one block per row, the row held in registers",
-                case: "[2, 8192]",
-            },
-            ShapePath {
-                shapes: "rows wider than 8192",
-                path: "composed",
-                case: "[1, 8200]",
-            },
-        ]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, cols, weighted) in [
-                (1, 64, true),
-                (3, 257, true),
-                // The widest row the CUDA kernels hold in registers, and one past it.
-                (2, 8192, true),
-                (1, 8200, true),
-                (5, 2560, true),
-                (4, 33, false),
-            ] {
-                let mut c = Builder::new(device, dtype, rng);
-                let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
-                let w = if weighted {
-                    Some(c.float(&[cols], norm_weight)?)
-                } else {
-                    None
-                };
-                let label = format!(
-                    "[{rows}, {cols}]{}",
-                    if weighted { "" } else { " no weight" }
-                );
-                cases.push(c.finish(label, reference(&x, cols, w.as_deref(), 1e-6)));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        let weight = (c.float_count() > 1).then(|| f(1));
-            Ok(vec![rms_norm_on(arm, f(0), weight, c.eps)?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "epsilon 1e-2 instead of 1e-6",
-                run: |c| {
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(SHAPE_PATHS),
+    cases,
+    run,
+    mutants: &[
+        Mutant {
+            what: "epsilon 1e-2 instead of 1e-6",
+            run: |c| {
                 let weight = (c.float_count() > 1).then(|| c.float(1));
                 Ok(vec![composed(c.float(0), weight, 1e-2)?])
             },
-            },
-            Mutant {
-                what: "Gemma-3 style (1 + w) weight",
-                run: |c| {
+        },
+        Mutant {
+            what: "Gemma-3 style (1 + w) weight",
+            run: |c| {
                 if c.float_count() == 1 {
                     return Ok(vec![composed(c.float(0), None, c.eps)?]);
                 }
                 let w = (c.float(1).to_dtype(DType::F32)? + 1.0)?.to_dtype(c.float(1).dtype())?;
                 Ok(vec![composed(c.float(0), Some(&w), c.eps)?])
             },
-            },
-        ]
+        },
+    ],
+};
+
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "rows up to 8192 wide",
+        path: "native: one block per row, the row held in registers",
+        case: "[2, 8192]",
+    },
+    ShapePath {
+        shapes: "rows wider than 8192",
+        path: "composed",
+        case: "[1, 8200]",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, cols, weighted) in [
+        (1, 64, true),
+        (3, 257, true),
+        // The widest row the CUDA kernels hold in registers, and one past it.
+        (2, 8192, true),
+        (1, 8200, true),
+        (5, 2560, true),
+        (4, 33, false),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
+        let w = if weighted {
+            Some(c.float(&[cols], norm_weight)?)
+        } else {
+            None
+        };
+        let label = format!(
+            "[{rows}, {cols}]{}",
+            if weighted { "" } else { " no weight" }
+        );
+        cases.push(c.finish(label, reference(&x, cols, w.as_deref(), 1e-6)));
     }
+
+    Ok(cases)
+}
+
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    let weight = (c.float_count() > 1).then(|| f(1));
+    Ok(vec![rms_norm_on(arm, f(0), weight, c.eps)?])
 }

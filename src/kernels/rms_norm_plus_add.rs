@@ -1,11 +1,10 @@
 //! `rms_norm_plus_add`: `residual + rms_norm(x; w)` — the post-norm residual add of every branch.
 
-use super::{arm_for, reference, rms_norm, Arm, Op};
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, reference, rms_norm, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::RmsNormPlusAdd;
 
@@ -72,73 +71,53 @@ pub fn reference(residual: &[f64], x: &[f64], cols: usize, weight: &[f64], eps: 
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(SHAPE_PATHS),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the residual not added",
+        run: |c| {
+            Ok(vec![rms_norm::composed(
+                c.float(1),
+                Some(c.float(2)),
+                c.eps,
+            )?])
+        },
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "rows up to 8192 wide",
+        path: "native: one block per row, the row held in registers",
+        case: "[2, 8192]",
+    },
+    ShapePath {
+        shapes: "rows wider than 8192",
+        path: "composed",
+        case: "[1, 8200]",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, cols) in [(1, 64), (3, 257), (2, 8192), (1, 8200), (5, 2560)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
+        let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
+        let w = c.float(&[cols], norm_weight)?;
+        cases.push(c.finish(
+            format!("[{rows}, {cols}]"),
+            reference(&r, &x, cols, &w, 1e-6),
+        ));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsOnce
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[
-            ShapePath {
-                shapes: "rows up to 8192 wide",
-                path: "native: one block per row, the row held in registers",
-                case: "[2, 8192]",
-            },
-            ShapePath {
-                shapes: "rows wider than 8192",
-                path: "composed",
-                case: "[1, 8200]",
-            },
-        ]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, cols) in [(1, 64), (3, 257), (2, 8192), (1, 8200), (5, 2560)] {
-                let mut c = Builder::new(device, dtype, rng);
-                let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
-                let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
-                let w = c.float(&[cols], norm_weight)?;
-                cases.push(c.finish(
-                    format!("[{rows}, {cols}]"),
-                    reference(&r, &x, cols, &w, 1e-6),
-                ));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![rms_norm_plus_add_on(
-            arm,
-            f(0),
-            f(1),
-            f(2),
-            c.eps,
-        )?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the residual not added",
-                run: |c| Ok(vec![rms_norm::composed(c.float(1), Some(c.float(2)), c.eps)?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![rms_norm_plus_add_on(arm, f(0), f(1), f(2), c.eps)?])
 }

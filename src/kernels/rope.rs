@@ -2,12 +2,11 @@
 //! `cos, sin [S, D/2]`. Proportional RoPE is the same op fed zero-padded frequencies
 //! (cos 1, sin 0 on the pass-through pairs).
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor, D};
 use rand::rngs::StdRng;
-use candle_core::{DType, Device, D, Result, Tensor};
 
 const OP: Op = Op::Rope;
 
@@ -101,86 +100,63 @@ pub fn reference(
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the rotation reversed (sin negated)",
+        run: |c| Ok(vec![composed(c.float(0), c.float(1), &c.float(2).neg()?)?]),
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (seq, heads, d, proportional) in [
+        (3, 4, 16, false),
+        (7, 2, 256, false),
+        (5, 2, 512, true),
+        (1, 8, 64, false),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[1, seq, heads, d], -2.0, 2.0)?;
+        let half = d / 2;
+        let rotated = if proportional { d / 8 } else { half };
+        let start = 37;
+        let angles: Vec<f64> = (0..seq)
+            .flat_map(|s| {
+                (0..half).map(move |j| {
+                    let inv = if j < rotated {
+                        10000f64.powf(-2.0 * j as f64 / d as f64)
+                    } else {
+                        0.0
+                    };
+                    (start + s) as f64 * inv
+                })
+            })
+            .collect();
+        let cos = c.values_as(
+            &[seq, half],
+            DType::F32,
+            angles.iter().map(|a| a.cos()).collect(),
+        )?;
+        let sin = c.values_as(
+            &[seq, half],
+            DType::F32,
+            angles.iter().map(|a| a.sin()).collect(),
+        )?;
+        let expected = reference(&x, seq, heads, d, &cos, &sin);
+        let label = format!(
+            "[1, {seq}, {heads}, {d}]{}",
+            if proportional { " proportional" } else { "" }
+        );
+        cases.push(c.finish(label, expected));
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsIntermediate
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (seq, heads, d, proportional) in [
-                (3, 4, 16, false),
-                (7, 2, 256, false),
-                (5, 2, 512, true),
-                (1, 8, 64, false),
-            ] {
-                let mut c = Builder::new(device, dtype, rng);
-                let x = c.uniform(&[1, seq, heads, d], -2.0, 2.0)?;
-                let half = d / 2;
-                let rotated = if proportional { d / 8 } else { half };
-                let start = 37;
-                let angles: Vec<f64> = (0..seq)
-                    .flat_map(|s| {
-                        (0..half).map(move |j| {
-                            let inv = if j < rotated {
-                                10000f64.powf(-2.0 * j as f64 / d as f64)
-                            } else {
-                                0.0
-                            };
-                            (start + s) as f64 * inv
-                        })
-                    })
-                    .collect();
-                let cos = c.values_as(
-                    &[seq, half],
-                    DType::F32,
-                    angles.iter().map(|a| a.cos()).collect(),
-                )?;
-                let sin = c.values_as(
-                    &[seq, half],
-                    DType::F32,
-                    angles.iter().map(|a| a.sin()).collect(),
-                )?;
-                let expected = reference(&x, seq, heads, d, &cos, &sin);
-                let label = format!(
-                    "[1, {seq}, {heads}, {d}]{}",
-                    if proportional { " proportional" } else { "" }
-                );
-                cases.push(c.finish(label, expected));
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![rope_on(arm, f(0), f(1), f(2))?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "the rotation reversed (sin negated)",
-                run: |c| Ok(vec![composed(c.float(0), c.float(1), &c.float(2).neg()?)?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![rope_on(arm, f(0), f(1), f(2))?])
 }

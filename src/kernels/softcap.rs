@@ -1,11 +1,10 @@
 //! `softcap`: `c · tanh(x / c)` (final logits, c = 30).
 
-use super::{arm_for, Arm, Op};
 use super::check::{Builder, Case};
-use super::contract::{ModelUse, Mutant, OpContract, ShapePath, ToleranceClass, FLOATS};
-use super::native::{self, NativeKernel};
-use rand::rngs::StdRng;
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
 
 const OP: Op = Op::Softcap;
 
@@ -51,56 +50,30 @@ pub fn reference(x: &[f64], cap: f64) -> Vec<f64> {
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
-pub struct Contract;
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "tanh without the cap",
+        run: |c| Ok(vec![c.float(0).tanh()?]),
+    }],
+};
 
-impl OpContract for Contract {
-    fn dtypes(&self) -> &'static [DType] {
-        FLOATS
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for (rows, cols) in [(1, 11), (4, 262), (2, 4096)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[rows, cols], -100.0, 100.0)?;
+        let mut case = c.finish(format!("[{rows}, {cols}] cap 30"), reference(&x, 30.0));
+        case.scale = 30.0;
+        cases.push(case);
     }
 
-    fn tolerance(&self) -> ToleranceClass {
-        ToleranceClass::RoundsIntermediate
-    }
+    Ok(cases)
+}
 
-    fn native_kernels(&self) -> &'static [NativeKernel] {
-        native::CUDA_FLOATS
-    }
-
-    fn shape_paths(&self) -> &'static [ShapePath] {
-        &[]
-    }
-
-    fn model_use(&self) -> ModelUse {
-        ModelUse::Used
-    }
-
-    fn cases(&self, device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-        let mut cases = Vec::new();
-            for (rows, cols) in [(1, 11), (4, 262), (2, 4096)] {
-                let mut c = Builder::new(device, dtype, rng);
-                let x = c.uniform(&[rows, cols], -100.0, 100.0)?;
-                let mut case = c.finish(
-                    format!("[{rows}, {cols}] cap 30"),
-                    reference(&x, 30.0),
-                );
-                case.scale = 30.0;
-                cases.push(case);
-            }
-
-        Ok(cases)
-    }
-
-    fn run(&self, arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-        let f = |i| c.float(i);
-        Ok(vec![softcap_on(arm, f(0), c.scale)?])
-    }
-
-    fn mutants(&self) -> &'static [Mutant] {
-        &[
-            Mutant {
-                what: "tanh without the cap",
-                run: |c| Ok(vec![c.float(0).tanh()?]),
-            },
-        ]
-    }
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![softcap_on(arm, f(0), c.scale)?])
 }
