@@ -191,6 +191,9 @@ pub struct CaseResult {
     pub top1_agreement: usize,
     pub divergence: Option<Divergence>,
     pub generated_ids: Vec<u32>,
+    /// Largest |g4 − reference| log-probability over the reference's recorded top-k at the
+    /// steps before the first divergence: drift visible before it flips a token.
+    pub max_logprob_delta: Option<f64>,
 }
 
 impl CaseResult {
@@ -224,6 +227,7 @@ pub fn run_case(
         top1_agreement: 0,
         divergence: None,
         generated_ids: Vec::new(),
+        max_logprob_delta: None,
     };
     for (step, &expected) in case.expected_ids.iter().enumerate() {
         crate::model::sampling::check_finite(logits)
@@ -231,6 +235,14 @@ pub fn run_case(
         let got = crate::model::sampling::greedy(logits)?;
         if result.divergence.is_none() {
             result.generated_ids.push(got);
+            if let Some(reference) = case.top_logprobs.as_ref().and_then(|t| t.get(step)) {
+                let ours = crate::model::sampling::log_probs(logits)?;
+                let delta = reference
+                    .iter()
+                    .filter_map(|&(id, lp)| ours.get(id as usize).map(|&o| (o as f64 - lp).abs()))
+                    .fold(0.0, f64::max);
+                result.max_logprob_delta = Some(result.max_logprob_delta.unwrap_or(0.0).max(delta));
+            }
         }
         if got == expected {
             result.top1_agreement += 1;

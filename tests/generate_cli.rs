@@ -357,3 +357,42 @@ fn every_bad_input_is_one_clear_error_line() {
         );
     }
 }
+
+/// `--logprobs` reports the model's distribution: against the log-probabilities transformers
+/// recorded for the trained model's golden, step by step.
+#[test]
+fn logprobs_match_the_references_recorded_top_five() {
+    let golden = kjv_golden_case("beginning");
+    let result = json(&[
+        "--prompt",
+        golden["prompt"].as_str().unwrap(),
+        "--temperature",
+        "0",
+        "-n",
+        "40",
+        "--logprobs",
+        "5",
+    ]);
+    assert_eq!(ids(&result["token_ids"]), ids(&golden["expected_ids"]));
+    let steps = result["logprobs"].as_array().unwrap();
+    assert_eq!(steps.len(), 40);
+    let mut worst: f64 = 0.0;
+    for (step, (ours, theirs)) in steps
+        .iter()
+        .zip(golden["top_logprobs"].as_array().unwrap())
+        .enumerate()
+    {
+        assert_eq!(ours["token"], ours["top"][0]["token"], "step {step}");
+        assert_eq!(ours["logprob"], ours["top"][0]["logprob"], "step {step}");
+        let top = ours["top"].as_array().unwrap();
+        assert_eq!(top.len(), 5);
+        for (mine, reference) in top.iter().zip(theirs.as_array().unwrap()) {
+            assert_eq!(mine["token"], reference[0], "step {step}");
+            let delta = (mine["logprob"].as_f64().unwrap() - reference[1].as_f64().unwrap()).abs();
+            worst = worst.max(delta);
+        }
+    }
+    assert!(worst < 1e-4, "max |Δ logprob| {worst}");
+    let out = g4(&["generate", "--logprobs", "101"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -419,6 +419,41 @@ fn json_report_parses_and_counts_cases() {
     assert_eq!(case["matched"], case["total"]);
 }
 
+/// In f32, g4's log-probabilities stay within 1e-4 of the reference's recorded top-5 at every
+/// step of every committed golden; one altered weight shows as drift in the report.
+#[test]
+fn logprob_drift_is_reported_against_the_references_top_five() {
+    let out = g4(&["verify-golden", "--json"]);
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for golden in report["goldens"].as_array().unwrap() {
+        for case in golden["cases"].as_array().unwrap() {
+            let delta = case["max_logprob_delta"].as_f64().expect("recorded top-5");
+            assert!(
+                delta < 1e-4,
+                "{}: {}: {delta}",
+                golden["file"],
+                case["name"]
+            );
+        }
+    }
+    let (_dir, golden) = copy_golden("e2b-style");
+    rewrite_tensor(
+        &golden.join("model/model.safetensors"),
+        "model.layers.3.post_attention_layernorm.weight",
+        |t| (t * 1.01).unwrap(),
+    );
+    let out = g4(&["verify-golden", "--json", golden.to_str().unwrap()]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let drift = report["goldens"][0]["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["max_logprob_delta"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(drift > 1e-3, "a 1% weight change left drift {drift}");
+}
+
 /// The report says which decode path ran; a path the model cannot take fails with the reason.
 #[test]
 fn the_decode_path_is_reported_and_an_impossible_one_is_refused() {

@@ -84,6 +84,11 @@ pub struct Args {
     /// Stop when this text is produced (not printed). Repeatable.
     #[arg(long)]
     stop: Vec<String>,
+    /// Report each generated token's log-probability under the model (before temperature,
+    /// truncation and penalties) and its N most likely alternatives: in --json as "logprobs",
+    /// otherwise a table on stderr after the text.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=100))]
+    logprobs: Option<u16>,
     /// Print one JSON object (text, token ids, timings, stop reason) instead of streaming.
     #[arg(long)]
     json: bool,
@@ -141,6 +146,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eos_ids,
         stop_strings: args.stop.clone(),
         decode: args.decode.resolve(&model)?,
+        logprobs: args.logprobs.map(usize::from),
     };
 
     let mut stdout = std::io::stdout().lock();
@@ -212,6 +218,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
             },
             "peak_memory_bytes": peak,
         });
+        let mut value = value;
+        if args.logprobs.is_some() {
+            let entry = |id: u32, logprob: f32| json!({"token": id, "text": tokenizer.token_text(id), "logprob": logprob});
+            value["logprobs"] = result
+                .logprobs
+                .iter()
+                .map(|step| {
+                    let mut e = entry(step.token, step.logprob);
+                    e["top"] = step.top.iter().map(|&(id, lp)| entry(id, lp)).collect();
+                    e
+                })
+                .collect();
+        }
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         writeln!(stdout)?;
@@ -227,6 +246,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             result.prefill.as_secs_f64(),
             peak.map_or("unknown".to_string(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
         );
+        if args.logprobs.is_some() {
+            eprintln!("step  token                 logprob  top alternatives");
+            for (step, entry) in result.logprobs.iter().enumerate() {
+                let top: Vec<String> = entry
+                    .top
+                    .iter()
+                    .map(|&(id, lp)| format!("{:?} {lp:.3}", tokenizer.token_text(id)))
+                    .collect();
+                eprintln!(
+                    "{step:>4}  {:<20} {:>8.4}  {}",
+                    format!("{:?}", tokenizer.token_text(entry.token)),
+                    entry.logprob,
+                    top.join(", ")
+                );
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -212,8 +212,11 @@ fn case_line(
     min_agreement: Option<f64>,
 ) -> String {
     let name = format!("{}/{}", golden_name(path), case.name);
+    let drift = case.max_logprob_delta.map_or(String::new(), |d| {
+        format!(", max |Δ logprob| {d:.1e} over the reference's top-5")
+    });
     let agreement = format!(
-        "top-1 agreement {}/{} ({setting})",
+        "top-1 agreement {}/{}{drift} ({setting})",
         case.top1_agreement, case.total
     );
     let verdict = if ok { "PASS" } else { "FAIL" };
@@ -260,6 +263,7 @@ fn file_json(path: &Path, outcome: &Outcome, min_agreement: Option<f64>) -> serd
                 "top1_agreement": c.top1_agreement,
                 "divergence": c.divergence,
                 "generated_ids": c.generated_ids,
+                "max_logprob_delta": c.max_logprob_delta,
             })).collect::<Vec<_>>(),
         }),
         Outcome::Skipped(why) => {

@@ -16,6 +16,16 @@ pub struct Request {
     pub eos_ids: Vec<u32>,
     pub stop_strings: Vec<String>,
     pub decode: DecodePath,
+    /// Report each generated token's log-probability and this many top alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// One generated token's log-probability under the model, and the most likely alternatives.
+#[derive(Clone, Debug, Serialize)]
+pub struct TokenLogprobs {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -47,6 +57,8 @@ pub struct Generation {
     pub stop_reason: StopReason,
     pub prefill: Duration,
     pub decode: Duration,
+    /// Per generated token, when the request asked for log-probabilities.
+    pub logprobs: Vec<TokenLogprobs>,
 }
 
 /// Generates from `request`, calling `on_text` with each piece of final text and its channel.
@@ -79,9 +91,22 @@ pub fn generate(
 
     let started = Instant::now();
     // Choosing the first token waits for the device, so the prefill time is real.
-    let mut next = sampler
-        .next(session.prefill(&request.prompt_ids)?, &history)
-        .context("generated token 0")?;
+    let mut logprobs = Vec::new();
+    let mut choose = |logits: &candle_core::Tensor, history: &[u32], step: usize| -> Result<u32> {
+        let token = sampler
+            .next(logits, history)
+            .with_context(|| format!("generated token {step}"))?;
+        if let Some(n) = request.logprobs {
+            let all = super::sampling::log_probs(logits)?;
+            logprobs.push(TokenLogprobs {
+                token,
+                logprob: all[token as usize],
+                top: super::sampling::top_n(&all, n),
+            });
+        }
+        Ok(token)
+    };
+    let mut next = choose(session.prefill(&request.prompt_ids)?, &history, 0)?;
     let prefill = started.elapsed();
     let decode_started = Instant::now();
     let mut stop_reason = StopReason::MaxTokens;
@@ -122,10 +147,10 @@ pub fn generate(
             stop_reason = StopReason::ContextFull;
             break;
         }
-        next = sampler
-            .next(session.decode(next)?, &history)
-            .with_context(|| format!("generated token {}", token_ids.len()))?;
+        next = choose(session.decode(next)?, &history, token_ids.len())?;
     }
+    // The step that chose an eos token produced no token.
+    logprobs.truncate(token_ids.len());
     if stop_reason != StopReason::StopString {
         let rest = stops.flush();
         text.push_str(&rest);
@@ -138,6 +163,7 @@ pub fn generate(
         stop_reason,
         prefill,
         decode: decode_started.elapsed(),
+        logprobs,
     })
 }
 

@@ -146,6 +146,33 @@ pub fn check_finite(logits: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// The model's log-probabilities (f32 logits `[vocab]`, before temperature, truncation and
+/// penalties), on the host.
+pub fn log_probs(logits: &Tensor) -> Result<Vec<f32>> {
+    let logits = logits.to_dtype(candle_core::DType::F32)?;
+    Ok(candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?.to_vec1::<f32>()?)
+}
+
+/// The `n` most likely token ids with their log-probabilities, most likely first (the lower
+/// id first on ties).
+pub fn top_n(log_probs: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let mut ids: Vec<u32> = (0..log_probs.len() as u32).collect();
+    let n = n.min(ids.len());
+    let by_rank = |a: &u32, b: &u32| {
+        log_probs[*b as usize]
+            .total_cmp(&log_probs[*a as usize])
+            .then(a.cmp(b))
+    };
+    if n > 0 && n < ids.len() {
+        ids.select_nth_unstable_by(n - 1, by_rank);
+    }
+    ids.truncate(n);
+    ids.sort_by(by_rank);
+    ids.into_iter()
+        .map(|id| (id, log_probs[id as usize]))
+        .collect()
+}
+
 fn argmax_host(values: &[f32]) -> u32 {
     values
         .iter()

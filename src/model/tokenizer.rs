@@ -134,6 +134,13 @@ impl TextTokenizer {
             .map_err(|e| anyhow::anyhow!("cannot decode tokens: {e}"))
     }
 
+    /// One token's text as the vocabulary has it (special tokens included), for reports.
+    pub fn token_text(&self, id: u32) -> String {
+        self.inner
+            .decode(&[id], false)
+            .unwrap_or_else(|_| format!("<{id}>"))
+    }
+
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
