@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Builds a full-size random-weight Gemma-4 E4B checkpoint (bf16, real preset dimensions from
-GEMMA4_TEXT.md §6) with transformers on the GPU, or benchmarks transformers on it.
+"""Builds a full-size random-weight Gemma-4 checkpoint (bf16, real preset dimensions from
+GEMMA4_TEXT.md §6: E4B, or 26B-A4B with --preset 26b-a4b) with transformers on the GPU, or
+benchmarks transformers on it.
 
-    python3 scripts/e4b_reference.py build DIR
-    python3 scripts/e4b_reference.py bench DIR --prompt 128 --new 128 --prefill 512
+    python3 scripts/e4b_reference.py build DIR [--preset e4b|26b-a4b]
+    python3 scripts/e4b_reference.py bench DIR --prompt 128 --new 128 --prefill 512 [--caches dynamic,static]
 
 `bench` prints one JSON line per setting: prefill of --prefill tokens (ms), and greedy decode of
 --new tokens after a --prompt-token prompt (tok/s), with the dynamic cache and with the static
@@ -31,10 +32,24 @@ def e4b_config():
     )
 
 
-def build(out):
+def moe_26b_config():
+    return Gemma4TextConfig(
+        vocab_size=262144, vocab_size_per_layer_input=262144, hidden_size=2816, intermediate_size=2112,
+        num_hidden_layers=30, layer_types=([S] * 5 + [F]) * 5, num_attention_heads=16, num_key_value_heads=8,
+        head_dim=256, global_head_dim=512, num_global_key_value_heads=2, attention_k_eq_v=True,
+        sliding_window=1024, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=128,
+        top_k_experts=8, moe_intermediate_size=704, final_logit_softcapping=30.0, max_position_embeddings=262144,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    )
+
+
+PRESETS = {"e4b": e4b_config, "26b-a4b": moe_26b_config}
+
+
+def build(out, preset):
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = Gemma4ForCausalLM(e4b_config()).to(torch.bfloat16)
+    with torch.device("cuda"), torch.no_grad():
+        model = Gemma4ForCausalLM(PRESETS[preset]()).to(torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
     model.save_pretrained(out)
     print(json.dumps({"built": out, "parameters": params}), flush=True)
@@ -48,7 +63,7 @@ def sync_time(fn):
     return time.perf_counter() - start, result
 
 
-def bench(path, prompt_len, new_tokens, prefill_len, reps):
+def bench(path, prompt_len, new_tokens, prefill_len, reps, caches):
     model = Gemma4ForCausalLM.from_pretrained(path, dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
     gen = torch.Generator(device="cuda").manual_seed(0)
     prefill_ids = torch.randint(3, 262144, (1, prefill_len), device="cuda", generator=gen)
@@ -58,7 +73,7 @@ def bench(path, prompt_len, new_tokens, prefill_len, reps):
         times = [sync_time(lambda: model(prefill_ids, use_cache=False))[0] for _ in range(reps)]
         print(json.dumps({"implementation": "transformers", "test": f"pp{prefill_len}",
                           "tokens_per_s": [prefill_len / t for t in times]}), flush=True)
-        for cache in ["dynamic", "static"]:
+        for cache in caches:
             kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
             if cache == "static":
                 # transformers compiles the forward itself for a static cache.
@@ -85,11 +100,13 @@ def main():
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--prefill", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="e4b")
+    ap.add_argument("--caches", default="dynamic,static", help="decode settings to measure")
     args = ap.parse_args()
     if args.mode == "build":
-        build(args.dir)
+        build(args.dir, args.preset)
     else:
-        bench(args.dir, args.prompt, args.new, args.prefill, args.reps)
+        bench(args.dir, args.prompt, args.new, args.prefill, args.reps, args.caches.split(","))
 
 
 if __name__ == "__main__":

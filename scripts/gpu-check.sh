@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench ...]   (default: probe goldens bench;
-#   g4bench: g4 alone; G4_REFERENCE_TIMEOUT caps the transformers run, default 420 s)
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|moe|moe-reference ...]
+#   (default: probe goldens bench; g4bench: g4 alone; moe: g4 on a random-weight 26B-A4B,
+#   moe-reference: transformers beside it; G4_REFERENCE_TIMEOUT caps each transformers run,
+#   default 420 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
@@ -36,4 +38,19 @@ if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
   timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"
+fi
+if [[ " $STEPS " == *" moe "* || " $STEPS " == *" moe-reference "* ]]; then
+  MOE=/tmp/g4-26b-a4b
+  rm -rf /tmp/g4-e4b  # the disk holds one full-size checkpoint at a time
+  [ -f "$MOE/config.json" ] || python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn
+fi
+if [[ " $STEPS " == *" moe "* ]]; then
+  echo "== g4 bench 26B-A4B bf16"
+  $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests pp512,tg64 --decode eager,graph -r 2 --json | tee "$OUT/bench-moe-g4.json"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in d['results']]; print('memory', {k: v for k, v in d.items() if 'memory' in k})" "$OUT/bench-moe-g4.json"
+fi
+if [[ " $STEPS " == *" moe-reference "* ]]; then
+  echo "== transformers 26B-A4B bf16 (prefill and a short dynamic-cache decode)"
+  timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$MOE" --prompt 128 --new 16 --prefill 512 --reps 2 --caches dynamic 2>&1 \
+    | grep '^{' | tee "$OUT/bench-moe-transformers.jsonl"
 fi

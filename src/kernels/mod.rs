@@ -28,6 +28,7 @@ pub mod gelu_mul;
 pub mod linear;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
+pub mod moe_experts;
 pub mod moe_gather_rows;
 pub mod moe_router_topk;
 pub mod moe_weighted_scatter_add;
@@ -84,6 +85,7 @@ fused_ops! {
     MoeGatherRows => moe_gather_rows,
     MoeWeightedScatterAdd => moe_weighted_scatter_add,
     MoeZero => moe_zero,
+    MoeExperts => moe_experts,
     Rope => rope,
     Softcap => softcap,
     Attention => attention,

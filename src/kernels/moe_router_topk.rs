@@ -52,9 +52,12 @@ pub fn composed(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<
     Ok(((weights * scale)?, experts))
 }
 
-/// CUDA arm: one thread per token (src/kernels/cuda/moe.cu).
+/// Tokens (one warp each) per block of the CUDA arm.
+const TOKENS_PER_BLOCK: usize = 4;
+
+/// CUDA arm: one warp per token (src/kernels/cuda/moe.cu).
 fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
-    use super::native::{elementwise, empty, kernel_name, launch, Arg};
+    use super::native::{empty, kernel_name, launch, Arg, Grid};
     let logits = logits.contiguous()?;
     let (rows, experts) = logits.dims2()?;
     let scale = per_expert_scale.to_dtype(logits.dtype())?.contiguous()?;
@@ -72,7 +75,10 @@ fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(T
     launch(
         &kernel_name("moe_router_topk", logits.dtype())?,
         logits.device(),
-        elementwise(rows),
+        Grid {
+            blocks: rows.div_ceil(TOKENS_PER_BLOCK) as u32,
+            threads: (TOKENS_PER_BLOCK * 32) as u32,
+        },
         &args,
     )?;
     Ok((weights, chosen))

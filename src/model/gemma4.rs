@@ -7,10 +7,9 @@ use super::kv_cache::{attention_mask, AttendKv, KvCache};
 use super::weights::Checkpoint;
 use crate::kernels::{
     attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res,
-    gelu_and_mul::gelu_and_mul, gelu_mul::gelu_mul, linear::linear,
-    moe_gather_rows::moe_gather_rows, moe_router_topk::moe_router_topk,
-    moe_weighted_scatter_add::moe_weighted_scatter_add, moe_zero::moe_zero, rms_norm::rms_norm,
-    rms_norm_plus_add::rms_norm_plus_add, rope::rope, softcap::softcap,
+    gelu_and_mul::gelu_and_mul, gelu_mul::gelu_mul, linear::linear, moe_experts::moe_experts,
+    moe_router_topk::moe_router_topk, rms_norm::rms_norm, rms_norm_plus_add::rms_norm_plus_add,
+    rope::rope, softcap::softcap,
 };
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -305,12 +304,6 @@ impl Gemma4 {
             self.rope_sliding.table(positions)?,
             self.rope_full.table(positions)?,
         ])
-    }
-
-    /// Whether a decode step can run with its position on the device (and so be captured):
-    /// the MoE router's expert choice goes through the host.
-    pub fn supports_device_step(&self) -> bool {
-        self.config.moe.is_none()
     }
 
     /// Embedding, PLE inputs and every decoder layer; returns the hidden states `[1, S, H]`.
@@ -702,32 +695,8 @@ impl Moe {
             .affine((hidden as f64).powf(-0.5), 0.0)?;
         let logits = linear(&routed, &self.router_proj)?;
         let (weights, experts) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
-        let weights = weights.to_vec2::<f32>()?;
-        let experts = experts.to_vec2::<u32>()?;
         let inputs = rms_norm(&flat, Some(&self.pre_norm_2), eps)?;
-
-        let mut acc = moe_zero(seq, hidden, residual.device())?;
-        // One pass over the routing: each expert's tokens and weights, in token order.
-        let mut assigned = vec![(Vec::new(), Vec::new()); self.gate_up.dim(0)?];
-        for (token, (ids, ws)) in experts.iter().zip(&weights).enumerate() {
-            for (&id, &w) in ids.iter().zip(ws) {
-                let (tokens, token_weights) = &mut assigned[id as usize];
-                tokens.push(token as u32);
-                token_weights.push(w);
-            }
-        }
-        for (expert, (tokens, token_weights)) in assigned.into_iter().enumerate() {
-            if tokens.is_empty() {
-                continue;
-            }
-            let count = tokens.len();
-            let tokens = Tensor::from_vec(tokens, count, residual.device())?;
-            let token_weights = Tensor::from_vec(token_weights, count, residual.device())?;
-            let rows = moe_gather_rows(&inputs, &tokens)?;
-            let gate_up = linear(&rows, &self.gate_up.get(expert)?)?;
-            let y = linear(&gelu_and_mul(&gate_up)?, &self.down.get(expert)?)?;
-            acc = moe_weighted_scatter_add(&acc, &tokens, &token_weights, &y)?;
-        }
+        let acc = moe_experts(&inputs, &experts, &weights, &self.gate_up, &self.down)?;
         Ok(acc.to_dtype(residual.dtype())?.reshape((1, seq, hidden))?)
     }
 }

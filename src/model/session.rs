@@ -41,14 +41,8 @@ impl DecodeChoice {
     pub fn resolve(self, model: &Gemma4) -> Result<DecodePath> {
         match self {
             DecodeChoice::Eager => Ok(DecodePath::Eager),
-            DecodeChoice::Graph if !model.supports_device_step() => bail!(
-                "--decode graph: this model routes tokens to experts on the host, so its decode \
-                 step cannot be captured; use --decode eager"
-            ),
             DecodeChoice::Graph => Ok(DecodePath::Graph),
-            DecodeChoice::Auto if model.supports_device_step() && can_capture(model.device()) => {
-                Ok(DecodePath::Graph)
-            }
+            DecodeChoice::Auto if can_capture(model.device()) => Ok(DecodePath::Graph),
             DecodeChoice::Auto => Ok(DecodePath::Eager),
         }
     }

@@ -2,23 +2,18 @@
 // approximation; its result is rounded to T before the product, as in the composed arm.
 #include "g4_compat.cuh"
 
-__device__ __forceinline__ float gelu_tanh(float v) {
-    const float sqrt_two_over_pi = 0.7978845608028654f;
-    return 0.5f * v * (1.0f + tanhf(sqrt_two_over_pi * v * (1.0f + 0.044715f * v * v)));
-}
-
 #define G4_GRID_STRIDE(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 #define G4_ELEMENTWISE(NAME, T)                                                                            \
     extern "C" __global__ void g4_gelu_mul_##NAME(const T* gate, const T* up, T* out, size_t n) {        \
         G4_GRID_STRIDE(i, n) {                                                                             \
-            out[i] = g4_from_f32<T>(g4_round<T>(gelu_tanh(g4_to_f32(gate[i]))) * g4_to_f32(up[i]));       \
+            out[i] = g4_from_f32<T>(g4_round<T>(g4_gelu_tanh(g4_to_f32(gate[i]))) * g4_to_f32(up[i]));       \
         }                                                                                                  \
     }                                                                                                      \
     extern "C" __global__ void g4_gelu_and_mul_##NAME(const T* packed, T* out, size_t rows, size_t d) {  \
         G4_GRID_STRIDE(i, rows * d) {                                                                      \
             const size_t r = i / d, j = i % d;                                                             \
-            const float g = g4_round<T>(gelu_tanh(g4_to_f32(packed[r * 2 * d + j])));                     \
+            const float g = g4_round<T>(g4_gelu_tanh(g4_to_f32(packed[r * 2 * d + j])));                     \
             out[i] = g4_from_f32<T>(g * g4_to_f32(packed[r * 2 * d + d + j]));                            \
         }                                                                                                  \
     }                                                                                                      \

@@ -32,6 +32,12 @@ template <> __device__ __forceinline__ g4_f16 g4_from_f32<g4_f16>(float x) { ret
 // Rounds through T and back: reproduces where the composed arm stores an intermediate in T.
 template <typename T> __device__ __forceinline__ float g4_round(float x) { return g4_to_f32(g4_from_f32<T>(x)); }
 
+// GELU, tanh approximation (gelu_pytorch_tanh).
+__device__ __forceinline__ float g4_gelu_tanh(float v) {
+    const float sqrt_two_over_pi = 0.7978845608028654f;
+    return 0.5f * v * (1.0f + tanhf(sqrt_two_over_pi * v * (1.0f + 0.044715f * v * v)));
+}
+
 // Sum over a block (any size up to 1024 threads, a multiple of the warp size).
 __device__ __forceinline__ float g4_block_sum(float v) {
     __shared__ float partial[32];

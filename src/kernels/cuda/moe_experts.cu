@@ -1,0 +1,138 @@
+// moe_experts: the routed experts' MLP for a few tokens (decode), reading only the chosen
+// experts' weights by their ids on the device — no routing through the host, so a decode step
+// with MoE layers can be captured as a graph.
+//   gate_up: h[r, j] = gelu(x[t]·Wgu[e, j]) · (x[t]·Wgu[e, W + j])   r = t·K + slot, e = ids[r]
+//   down:    out[t, c] = Σ_slot w[r] · (h[r]·Wd[e, c])                (f32)
+// Each warp reduces one output over its whole row with batches of independent 16-byte loads
+// (a decode GEMV is bound by memory latency unless many loads are in flight); rounding to T
+// happens where the composed arm stores an intermediate in T.
+#include "g4_compat.cuh"
+
+#define G4_MOE_BATCH 8
+#define G4_MOE_MAX_SLOTS 8
+
+// gate_up: one warp per (row r, column j); blocks run over the columns of row 0, then row 1, ...
+template <typename T>
+__device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const T* gate_up, T* h, int slots,
+                                    int hidden, int width) {
+    constexpr int per_vector = 16 / sizeof(T);
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size;
+    const int warps = blockDim.x / warp_size;
+    const int blocks_per_row = (width + warps - 1) / warps;
+    const int r = blockIdx.x / blocks_per_row;
+    const int j = (blockIdx.x % blocks_per_row) * warps + threadIdx.x / warp_size;
+    if (j >= width) return;
+    const size_t expert = ids[r];
+    const uint4* xv = reinterpret_cast<const uint4*>(x + (size_t)(r / slots) * hidden);
+    const uint4* gate = reinterpret_cast<const uint4*>(gate_up + (expert * 2 * width + j) * hidden);
+    const uint4* up = reinterpret_cast<const uint4*>(gate_up + (expert * 2 * width + width + j) * hidden);
+    const int vectors = hidden / per_vector;
+    float g = 0.0f, u = 0.0f;
+    for (int base = lane; base < vectors; base += warp_size * G4_MOE_BATCH) {
+        uint4 gb[G4_MOE_BATCH], ub[G4_MOE_BATCH];
+#pragma unroll
+        for (int b = 0; b < G4_MOE_BATCH; ++b) {
+            const int i = base + b * warp_size;
+            gb[b] = i < vectors ? gate[i] : make_uint4(0, 0, 0, 0);
+            ub[b] = i < vectors ? up[i] : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int b = 0; b < G4_MOE_BATCH; ++b) {
+            const int i = base + b * warp_size;
+            if (i >= vectors) break;
+            const uint4 xb = xv[i];
+            const T* xt = reinterpret_cast<const T*>(&xb);
+            const T* gt = reinterpret_cast<const T*>(&gb[b]);
+            const T* ut = reinterpret_cast<const T*>(&ub[b]);
+#pragma unroll
+            for (int e = 0; e < per_vector; ++e) {
+                const float xe = g4_to_f32(xt[e]);
+                g += xe * g4_to_f32(gt[e]);
+                u += xe * g4_to_f32(ut[e]);
+            }
+        }
+    }
+    for (int bits = warp_size / 2; bits > 0; bits >>= 1) {
+        g += G4_SHFL_XOR(g, bits);
+        u += G4_SHFL_XOR(u, bits);
+    }
+    if (lane == 0) {
+        const float activated = g4_round<T>(g4_gelu_tanh(g4_round<T>(g)));
+        h[(size_t)r * width + j] = g4_from_f32<T>(activated * g4_round<T>(u));
+    }
+}
+
+// down + weighted combine: one warp per (token t, column c); blocks run over the columns of
+// token 0, then token 1, ...
+template <typename T>
+__device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* weights, const T* down,
+                                 float* out, int slots, int hidden, int width) {
+    constexpr int per_vector = 16 / sizeof(T);
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size;
+    const int warps = blockDim.x / warp_size;
+    const int blocks_per_token = (hidden + warps - 1) / warps;
+    const int t = blockIdx.x / blocks_per_token;
+    const int c = (blockIdx.x % blocks_per_token) * warps + threadIdx.x / warp_size;
+    if (c >= hidden) return;
+    const int vectors = width / per_vector;
+    // The (slot, vector) pairs of all slots as one index space, so that every lane keeps a
+    // batch of loads in flight across slots.
+    const int total = slots * vectors;
+    float sum[G4_MOE_MAX_SLOTS];
+#pragma unroll
+    for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) sum[s] = 0.0f;
+    for (int base = lane; base < total; base += warp_size * G4_MOE_BATCH) {
+        uint4 wb[G4_MOE_BATCH];
+#pragma unroll
+        for (int b = 0; b < G4_MOE_BATCH; ++b) {
+            const int i = base + b * warp_size;
+            if (i < total) {
+                const int slot = i / vectors;
+                const size_t expert = ids[(size_t)t * slots + slot];
+                wb[b] = reinterpret_cast<const uint4*>(down + (expert * hidden + c) * width)[i % vectors];
+            } else {
+                wb[b] = make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < G4_MOE_BATCH; ++b) {
+            const int i = base + b * warp_size;
+            if (i >= total) break;
+            const int slot = i / vectors;
+            const uint4 hb = reinterpret_cast<const uint4*>(h + ((size_t)t * slots + slot) * width)[i % vectors];
+            const T* ht = reinterpret_cast<const T*>(&hb);
+            const T* wt = reinterpret_cast<const T*>(&wb[b]);
+            float partial = 0.0f;
+#pragma unroll
+            for (int e = 0; e < per_vector; ++e) partial += g4_to_f32(ht[e]) * g4_to_f32(wt[e]);
+#pragma unroll
+            for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
+                if (s == slot) sum[s] += partial;
+            }
+        }
+    }
+    float combined = 0.0f;
+#pragma unroll
+    for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
+        if (s >= slots) break;
+        float v = sum[s];
+        for (int bits = warp_size / 2; bits > 0; bits >>= 1) v += G4_SHFL_XOR(v, bits);
+        combined += weights[(size_t)t * slots + s] * g4_round<T>(v);
+    }
+    if (lane == 0) out[(size_t)t * hidden + c] = combined;
+}
+
+#define G4_MOE_EXPERTS(NAME, T)                                                                            \
+    extern "C" __global__ void g4_moe_experts_gate_up_##NAME(const T* x, const uint32_t* ids,              \
+                                                             const T* gate_up, T* h, int slots,            \
+                                                             int hidden, int width) {                      \
+        moe_experts_gate_up<T>(x, ids, gate_up, h, slots, hidden, width);                                  \
+    }                                                                                                      \
+    extern "C" __global__ void g4_moe_experts_down_##NAME(const T* h, const uint32_t* ids,                 \
+                                                          const float* weights, const T* down, float* out, \
+                                                          int slots, int hidden, int width) {              \
+        moe_experts_down<T>(h, ids, weights, down, out, slots, hidden, width);                             \
+    }
+G4_FOR_FLOAT_TYPES(G4_MOE_EXPERTS)

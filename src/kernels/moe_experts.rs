@@ -1,0 +1,318 @@
+//! `moe_experts`: the routed experts' MLP of a MoE layer, weighted and combined —
+//! `out[t] = Σ_slot w[t, slot] · down[e] · gelu_and_mul(gate_up[e] · x[t])`, `e = ids[t, slot]`,
+//! accumulated in f32. The native arm reads only the chosen experts' weights, by id, on the
+//! device: decode needs no trip through the host and its step can be captured as a graph.
+
+use super::check::{Builder, Case};
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, gelu_and_mul, linear, moe_gather_rows, moe_weighted_scatter_add, moe_zero};
+use super::{reference, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor};
+use rand::{rngs::StdRng, Rng};
+
+const OP: Op = Op::MoeExperts;
+
+/// `x [S, H]`, `ids [S, K]` u32, `weights [S, K]` f32, `gate_up [E, 2W, H]`, `down [E, H, W]`
+/// → `[S, H]` f32.
+pub fn moe_experts(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    let arm = arm_for(OP, x.device(), x.dtype());
+    moe_experts_on(arm, x, ids, weights, gate_up, down)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn moe_experts_on(
+    arm: Arm,
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    match arm {
+        Arm::Composed => composed(x, ids, weights, gate_up, down),
+        Arm::Native(_) => native_fwd(x, ids, weights, gate_up, down),
+    }
+}
+
+/// Tokens grouped by expert on the host (a counting sort of the routing, uploaded once), one
+/// gather of every routed row in expert order, both projections per expert on its slice of the
+/// rows, and one weighted scatter-add of all results.
+pub fn composed(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    let (tokens, hidden) = x.dims2()?;
+    let experts = gate_up.dim(0)?;
+    let ids = ids.to_vec2::<u32>()?;
+    let weights = weights.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+    let mut counts = vec![0usize; experts];
+    for &expert in ids.iter().flatten() {
+        let Some(count) = counts.get_mut(expert as usize) else {
+            candle_core::bail!("moe_experts: expert id {expert} out of range ({experts} experts)");
+        };
+        *count += 1;
+    }
+    let mut starts: Vec<usize> = counts
+        .iter()
+        .scan(0, |next, &count| {
+            let start = *next;
+            *next += count;
+            Some(start)
+        })
+        .collect();
+    let routed = counts.iter().sum::<usize>();
+    let (mut rows, mut row_weights) = (vec![0u32; routed], vec![0f32; routed]);
+    for (token, (experts_of_token, ws)) in ids.iter().zip(&weights).enumerate() {
+        for (&expert, &w) in experts_of_token.iter().zip(ws) {
+            let at = &mut starts[expert as usize];
+            (rows[*at], row_weights[*at]) = (token as u32, w);
+            *at += 1;
+        }
+    }
+    let rows = Tensor::from_vec(rows, routed, x.device())?;
+    let row_weights = Tensor::from_vec(row_weights, routed, x.device())?;
+    let inputs = moe_gather_rows::moe_gather_rows(x, &rows)?;
+    let mut outputs = Vec::new();
+    let mut start = 0;
+    for (expert, &count) in counts.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        let rows_of_expert = inputs.narrow(0, start, count)?;
+        let h = gelu_and_mul::gelu_and_mul(&linear::linear(&rows_of_expert, &gate_up.get(expert)?)?)?;
+        outputs.push(linear::linear(&h, &down.get(expert)?)?);
+        start += count;
+    }
+    let acc = moe_zero::moe_zero(tokens, hidden, x.device())?;
+    if outputs.is_empty() {
+        return Ok(acc);
+    }
+    let y = Tensor::cat(&outputs, 0)?;
+    moe_weighted_scatter_add::moe_weighted_scatter_add(&acc, &rows, &row_weights, &y)
+}
+
+/// Tokens up to which the native arm runs its decode kernels; longer (prefill) blocks reuse
+/// each expert's weights across its tokens, which the grouped path does.
+const NATIVE_MAX_TOKENS: usize = 8;
+/// Experts per token the down kernel holds sums for (`G4_MOE_MAX_SLOTS`).
+const NATIVE_MAX_SLOTS: usize = 8;
+const WARPS_PER_BLOCK: usize = 8;
+
+/// CUDA arm: two launches (src/kernels/cuda/moe_experts.cu): gate_up with the activation fused,
+/// then down with the weighted combine, each warp streaming one weight row per output.
+fn native_fwd(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, Arg, Grid};
+    let (tokens, hidden) = x.dims2()?;
+    let slots = ids.dim(1)?;
+    let width = down.dim(2)?;
+    let per_vector = 16 / x.dtype().size_in_bytes();
+    let fits = tokens <= NATIVE_MAX_TOKENS
+        && slots <= NATIVE_MAX_SLOTS
+        && hidden.is_multiple_of(per_vector)
+        && width.is_multiple_of(per_vector)
+        && gate_up.dtype() == x.dtype()
+        && down.dtype() == x.dtype();
+    if !fits {
+        return composed(x, ids, weights, gate_up, down);
+    }
+    let (x, gate_up, down) = (x.contiguous()?, gate_up.contiguous()?, down.contiguous()?);
+    let aligned =
+        |t: &Tensor| (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
+    if !aligned(&x) || !aligned(&gate_up) || !aligned(&down) {
+        return composed(&x, ids, weights, &gate_up, &down);
+    }
+    let ids = ids.to_dtype(DType::U32)?.contiguous()?;
+    let weights = weights.to_dtype(DType::F32)?.contiguous()?;
+    let h = empty((tokens * slots, width), x.dtype(), x.device())?;
+    let out = empty((tokens, hidden), DType::F32, x.device())?;
+    let threads = (WARPS_PER_BLOCK * 32) as u32;
+    let dims = [slots as i32, hidden as i32, width as i32].map(Arg::I32);
+    let [slots_arg, hidden_arg, width_arg] = dims;
+    launch(
+        &kernel_name("moe_experts_gate_up", x.dtype())?,
+        x.device(),
+        Grid {
+            blocks: (tokens * slots * width.div_ceil(WARPS_PER_BLOCK)) as u32,
+            threads,
+        },
+        &[
+            Arg::Tensor(&x),
+            Arg::Tensor(&ids),
+            Arg::Tensor(&gate_up),
+            Arg::Tensor(&h),
+            Arg::I32(slots as i32),
+            Arg::I32(hidden as i32),
+            Arg::I32(width as i32),
+        ],
+    )?;
+    launch(
+        &kernel_name("moe_experts_down", x.dtype())?,
+        x.device(),
+        Grid {
+            blocks: (tokens * hidden.div_ceil(WARPS_PER_BLOCK)) as u32,
+            threads,
+        },
+        &[
+            Arg::Tensor(&h),
+            Arg::Tensor(&ids),
+            Arg::Tensor(&weights),
+            Arg::Tensor(&down),
+            Arg::Tensor(&out),
+            slots_arg,
+            hidden_arg,
+            width_arg,
+        ],
+    )?;
+    Ok(out)
+}
+
+/// Row-major f64: `x [S, H]`, `ids`/`weights [S, K]`, `gate_up [E, 2W, H]`, `down [E, H, W]`.
+#[allow(clippy::too_many_arguments)]
+pub fn reference(
+    x: &[f64],
+    ids: &[usize],
+    weights: &[f64],
+    gate_up: &[f64],
+    down: &[f64],
+    slots: usize,
+    hidden: usize,
+    width: usize,
+) -> Vec<f64> {
+    let tokens = x.len() / hidden;
+    let mut out = vec![0.0; tokens * hidden];
+    for t in 0..tokens {
+        let row = &x[t * hidden..(t + 1) * hidden];
+        for slot in 0..slots {
+            let (e, w) = (ids[t * slots + slot], weights[t * slots + slot]);
+            let gu = &gate_up[e * 2 * width * hidden..(e + 1) * 2 * width * hidden];
+            let projected = reference::matmul_bt(row, gu, 1, 2 * width, hidden);
+            let h: Vec<f64> = (0..width)
+                .map(|j| reference::gelu_tanh(projected[j]) * projected[width + j])
+                .collect();
+            let d = &down[e * hidden * width..(e + 1) * hidden * width];
+            let y = reference::matmul_bt(&h, d, 1, hidden, width);
+            for (o, v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(y) {
+                *o += w * v;
+            }
+        }
+    }
+    out
+}
+
+/// The op's contract (`contract.rs`): checked against `reference` in every case below.
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).shape_paths(SHAPE_PATHS),
+    cases,
+    run,
+    mutants: &[
+        Mutant {
+            what: "the routing weights ignored",
+            run: |c| {
+                let ones = c.float(1).ones_like()?;
+                Ok(vec![composed(
+                    c.float(0),
+                    c.raw(0),
+                    &ones,
+                    c.float(2),
+                    c.float(3),
+                )?])
+            },
+        },
+        Mutant {
+            what: "each token's experts read one expert too far",
+            run: |c| {
+                let experts = c.float(2).dim(0)? as u32;
+                let shifted: Vec<Vec<u32>> = c
+                    .raw(0)
+                    .to_vec2::<u32>()?
+                    .into_iter()
+                    .map(|row| row.into_iter().map(|e| (e + 1) % experts).collect())
+                    .collect();
+                let shifted = Tensor::new(shifted, c.raw(0).device())?;
+                Ok(vec![composed(
+                    c.float(0),
+                    &shifted,
+                    c.float(1),
+                    c.float(2),
+                    c.float(3),
+                )?])
+            },
+        },
+    ],
+};
+
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "up to 8 tokens (decode), up to 8 experts each, H and W whole 16-byte vectors",
+        path: "native: chosen experts' weights read by id on the device, two launches",
+        case: "S1 top-8 of 10 H2816 W704",
+    },
+    ShapePath {
+        shapes: "more than 8 tokens (prefill)",
+        path: "composed: tokens grouped by expert on the host",
+        case: "S12 top-2 of 6 H64 W32",
+    },
+    ShapePath {
+        shapes: "H or W not a whole number of 16-byte vectors",
+        path: "composed",
+        case: "S3 top-2 of 5 H36 W20",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    // (tokens, experts per token, experts, hidden, expert width); the last has 26B-A4B's expert
+    // sizes (top-8, H 2816, W 704; 10 experts instead of 128 keep the check small).
+    for (tokens, slots, experts, hidden, width) in [
+        (1, 2, 4, 64, 32),
+        (3, 2, 5, 36, 20),
+        (8, 4, 6, 128, 64),
+        (12, 2, 6, 64, 32),
+        (1, 8, 10, 2816, 704),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        let x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
+        let mut ids = Vec::with_capacity(tokens * slots);
+        for _ in 0..tokens {
+            // Distinct experts per token, as top-k chooses them.
+            let mut all: Vec<usize> = (0..experts).collect();
+            for i in 0..slots {
+                let j = c.rng.random_range(i..experts);
+                all.swap(i, j);
+            }
+            ids.extend_from_slice(&all[..slots]);
+        }
+        let weights = c.float_as(&[tokens, slots], DType::F32, |r| r.random_range(0.05..0.5))?;
+        let spread = (hidden as f64).powf(-0.5) * 2.0;
+        let gate_up = c.uniform(&[experts, 2 * width, hidden], -spread, spread)?;
+        let down_spread = (width as f64).powf(-0.5) * 2.0;
+        let down = c.uniform(&[experts, hidden, width], -down_spread, down_spread)?;
+        let id_values: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
+        c.raw(Tensor::from_vec(id_values, (tokens, slots), c.device())?);
+        let expected = reference(&x, &ids, &weights, &gate_up, &down, slots, hidden, width);
+        let label = format!("S{tokens} top-{slots} of {experts} H{hidden} W{width}");
+        cases.push(c.finish(label, expected));
+    }
+    Ok(cases)
+}
+
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let f = |i| c.float(i);
+    Ok(vec![moe_experts_on(arm, f(0), c.raw(0), f(1), f(2), f(3))?])
+}
