@@ -88,7 +88,8 @@ pub fn composed(
             continue;
         }
         let rows_of_expert = inputs.narrow(0, start, count)?;
-        let h = gelu_and_mul::gelu_and_mul(&linear::linear(&rows_of_expert, &gate_up.get(expert)?)?)?;
+        let h =
+            gelu_and_mul::gelu_and_mul(&linear::linear(&rows_of_expert, &gate_up.get(expert)?)?)?;
         outputs.push(linear::linear(&h, &down.get(expert)?)?);
         start += count;
     }
