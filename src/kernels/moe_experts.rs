@@ -5,6 +5,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::native;
 use super::{arm_for, gelu_and_mul, linear, moe_gather_rows, moe_weighted_scatter_add, moe_zero};
 use super::{reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
@@ -50,55 +51,106 @@ pub fn composed(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    let (tokens, hidden) = x.dims2()?;
-    let experts = gate_up.dim(0)?;
-    let ids = ids.to_vec2::<u32>()?;
-    let weights = weights.to_dtype(DType::F32)?.to_vec2::<f32>()?;
-    let mut counts = vec![0usize; experts];
-    for &expert in ids.iter().flatten() {
-        let Some(count) = counts.get_mut(expert as usize) else {
-            candle_core::bail!("moe_experts: expert id {expert} out of range ({experts} experts)");
-        };
-        *count += 1;
-    }
-    let mut starts: Vec<usize> = counts
-        .iter()
-        .scan(0, |next, &count| {
-            let start = *next;
-            *next += count;
-            Some(start)
-        })
-        .collect();
-    let routed = counts.iter().sum::<usize>();
-    let (mut rows, mut row_weights) = (vec![0u32; routed], vec![0f32; routed]);
-    for (token, (experts_of_token, ws)) in ids.iter().zip(&weights).enumerate() {
-        for (&expert, &w) in experts_of_token.iter().zip(ws) {
-            let at = &mut starts[expert as usize];
-            (rows[*at], row_weights[*at]) = (token as u32, w);
-            *at += 1;
-        }
-    }
-    let rows = Tensor::from_vec(rows, routed, x.device())?;
-    let row_weights = Tensor::from_vec(row_weights, routed, x.device())?;
-    let inputs = moe_gather_rows::moe_gather_rows(x, &rows)?;
+    let routing = Routing::by_expert(ids, weights, gate_up.dim(0)?)?;
+    let inputs = moe_gather_rows::moe_gather_rows(x, &routing.rows)?;
     let mut outputs = Vec::new();
     let mut start = 0;
-    for (expert, &count) in counts.iter().enumerate() {
+    for (expert, &count) in routing.counts.iter().enumerate() {
         if count == 0 {
             continue;
         }
         let rows_of_expert = inputs.narrow(0, start, count)?;
-        let h =
-            gelu_and_mul::gelu_and_mul(&linear::linear(&rows_of_expert, &gate_up.get(expert)?)?)?;
+        let gate_up_rows = linear::linear(&rows_of_expert, &gate_up.get(expert)?)?;
+        let h = gelu_and_mul::gelu_and_mul(&gate_up_rows)?;
         outputs.push(linear::linear(&h, &down.get(expert)?)?);
         start += count;
     }
-    let acc = moe_zero::moe_zero(tokens, hidden, x.device())?;
-    if outputs.is_empty() {
-        return Ok(acc);
+    let y = if outputs.is_empty() {
+        None
+    } else {
+        Some(Tensor::cat(&outputs, 0)?)
+    };
+    routing.combine(x, y.as_ref())
+}
+
+/// The routed rows in expert order: each expert's count, the token of each routed row and its
+/// routing weight (on the device, uploaded once).
+struct Routing {
+    counts: Vec<usize>,
+    rows: Tensor,
+    row_weights: Tensor,
+}
+
+impl Routing {
+    /// A counting sort of the routing by expert, on the host.
+    fn by_expert(ids: &Tensor, weights: &Tensor, experts: usize) -> Result<Routing> {
+        let device = ids.device().clone();
+        let ids = ids.to_vec2::<u32>()?;
+        let weights = weights.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let mut counts = vec![0usize; experts];
+        for &expert in ids.iter().flatten() {
+            let Some(count) = counts.get_mut(expert as usize) else {
+                candle_core::bail!(
+                    "moe_experts: expert id {expert} out of range ({experts} experts)"
+                );
+            };
+            *count += 1;
+        }
+        let mut starts: Vec<usize> = counts
+            .iter()
+            .scan(0, |next, &count| {
+                let start = *next;
+                *next += count;
+                Some(start)
+            })
+            .collect();
+        let routed = counts.iter().sum::<usize>();
+        let (mut rows, mut row_weights) = (vec![0u32; routed], vec![0f32; routed]);
+        for (token, (experts_of_token, ws)) in ids.iter().zip(&weights).enumerate() {
+            for (&expert, &w) in experts_of_token.iter().zip(ws) {
+                let at = &mut starts[expert as usize];
+                (rows[*at], row_weights[*at]) = (token as u32, w);
+                *at += 1;
+            }
+        }
+        Ok(Routing {
+            counts,
+            rows: Tensor::from_vec(rows, routed, &device)?,
+            row_weights: Tensor::from_vec(row_weights, routed, &device)?,
+        })
     }
-    let y = Tensor::cat(&outputs, 0)?;
-    moe_weighted_scatter_add::moe_weighted_scatter_add(&acc, &rows, &row_weights, &y)
+
+    /// `Σ w · y` of each token's routed rows `y [routed, H]` (none: zeros), in f32.
+    fn combine(&self, x: &Tensor, y: Option<&Tensor>) -> Result<Tensor> {
+        let (tokens, hidden) = x.dims2()?;
+        let acc = moe_zero::moe_zero(tokens, hidden, x.device())?;
+        match y {
+            Some(y) => moe_weighted_scatter_add::moe_weighted_scatter_add(
+                &acc,
+                &self.rows,
+                &self.row_weights,
+                y,
+            ),
+            None => Ok(acc),
+        }
+    }
+}
+
+/// Prefill on the native arm: the same routing, each projection of every expert in one
+/// grouped GEMM of the vendor BLAS.
+fn grouped(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    let routing = Routing::by_expert(ids, weights, gate_up.dim(0)?)?;
+    let inputs = moe_gather_rows::moe_gather_rows(x, &routing.rows)?.contiguous()?;
+    let gate_up_rows = native::grouped_gemm_bt(&inputs, &routing.counts, &gate_up.contiguous()?)?;
+    let h = gelu_and_mul::gelu_and_mul(&gate_up_rows)?.contiguous()?;
+    let y = native::grouped_gemm_bt(&h, &routing.counts, &down.contiguous()?)?;
+    routing.combine(x, Some(&y))
 }
 
 /// Tokens up to which the native arm runs its decode kernels; longer (prefill) blocks reuse
@@ -122,12 +174,15 @@ fn native_fwd(
     let slots = ids.dim(1)?;
     let width = down.dim(2)?;
     let per_vector = 16 / x.dtype().size_in_bytes();
-    let fits = tokens <= NATIVE_MAX_TOKENS
-        && slots <= NATIVE_MAX_SLOTS
+    if gate_up.dtype() != x.dtype() || down.dtype() != x.dtype() {
+        return composed(x, ids, weights, gate_up, down);
+    }
+    if tokens > NATIVE_MAX_TOKENS {
+        return grouped(x, ids, weights, gate_up, down);
+    }
+    let fits = slots <= NATIVE_MAX_SLOTS
         && hidden.is_multiple_of(per_vector)
-        && width.is_multiple_of(per_vector)
-        && gate_up.dtype() == x.dtype()
-        && down.dtype() == x.dtype();
+        && width.is_multiple_of(per_vector);
     if !fits {
         return composed(x, ids, weights, gate_up, down);
     }
@@ -266,7 +321,8 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "more than 8 tokens (prefill)",
-        path: "composed: tokens grouped by expert on the host",
+        path:
+            "native: tokens grouped by expert on the host, one vendor grouped GEMM per projection",
         case: "S12 top-2 of 6 H64 W32",
     },
     ShapePath {

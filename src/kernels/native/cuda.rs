@@ -251,3 +251,105 @@ pub fn run_and_capture(device: &Device, step: &dyn Fn() -> Result<()>) -> Result
     graph.upload().w()?;
     Ok(CapturedGraph(graph))
 }
+
+/// Row groups times their own matrix, in one cuBLAS grouped-GEMM call: rows
+/// `[start_g, start_g + counts[g])` of `a [R, K]` times `b[g]ᵀ` (`b [G, N, K]`) give the same
+/// rows of the result `[R, N]`. Groups with no rows are skipped.
+pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tensor> {
+    use candle_core::cuda::cudarc::cublas::sys;
+    let dev = cuda_device(a.device())?;
+    let stream = dev.cuda_stream();
+    let (rows, k) = a.dims2()?;
+    let (groups, n, kb) = b.dims3()?;
+    if kb != k || groups != counts.len() || counts.iter().sum::<usize>() != rows {
+        candle_core::bail!(
+            "grouped GEMM: a {:?}, b {:?} and {} group counts summing to {} do not fit",
+            a.dims(),
+            b.dims(),
+            counts.len(),
+            counts.iter().sum::<usize>()
+        );
+    }
+    let dtype = a.dtype();
+    let data_type = match dtype {
+        DType::F32 => sys::cudaDataType_t::CUDA_R_32F,
+        DType::BF16 => sys::cudaDataType_t::CUDA_R_16BF,
+        DType::F16 => sys::cudaDataType_t::CUDA_R_16F,
+        other => candle_core::bail!("grouped GEMM has no {other:?} variant"),
+    };
+    let out = super::empty((rows, n), dtype, a.device())?;
+    let size = dtype.size_in_bytes() as u64;
+    let (a_base, b_base, c_base) = (
+        address(a, false, &stream)?,
+        address(b, false, &stream)?,
+        address(&out, false, &stream)?,
+    );
+    let (mut a_ptrs, mut b_ptrs, mut c_ptrs, mut widths) = (vec![], vec![], vec![], vec![]);
+    let mut start = 0u64;
+    for (group, &count) in counts.iter().enumerate() {
+        if count > 0 {
+            a_ptrs.push(a_base + start * k as u64 * size);
+            b_ptrs.push(b_base + (group * n * k) as u64 * size);
+            c_ptrs.push(c_base + start * n as u64 * size);
+            widths.push(count as i32);
+        }
+        start += count as u64;
+    }
+    let problems = widths.len();
+    if problems == 0 {
+        return Ok(out);
+    }
+    // Row-major C = A·Bᵀ is column-major Cᵀ = B·Aᵀ: B transposed, A as is.
+    let transa = vec![sys::cublasOperation_t::CUBLAS_OP_T; problems];
+    let transb = vec![sys::cublasOperation_t::CUBLAS_OP_N; problems];
+    let (ms, ks) = (vec![n as i32; problems], vec![k as i32; problems]);
+    let (ldas, ldbs, ldcs) = (ks.clone(), ks.clone(), ms.clone());
+    let (alphas, betas) = (vec![1.0f32; problems], vec![0.0f32; problems]);
+    let group_sizes = vec![1i32; problems];
+    // The pointer arrays live in device memory; cuBLAS reads the rest from the host.
+    let (a_dev, b_dev, c_dev) = (
+        stream.clone_htod(&a_ptrs).w()?,
+        stream.clone_htod(&b_ptrs).w()?,
+        stream.clone_htod(&c_ptrs).w()?,
+    );
+    let (a_arr, _a) = a_dev.device_ptr(&stream);
+    let (b_arr, _b) = b_dev.device_ptr(&stream);
+    let (c_arr, _c) = c_dev.device_ptr(&stream);
+    let blas = dev.cublas_handle();
+    // SAFETY: every pointer addresses a live, contiguous tensor region sized by the counts and
+    // shapes checked above; the host arrays outlive the call, the device arrays its launch.
+    let status = unsafe {
+        sys::cublasGemmGroupedBatchedEx(
+            *blas.handle(),
+            transa.as_ptr(),
+            transb.as_ptr(),
+            ms.as_ptr(),
+            widths.as_ptr(),
+            ks.as_ptr(),
+            alphas.as_ptr() as *const _,
+            // cuBLAS's A is our B (transposed), its B our rows.
+            pointer_array(b_arr),
+            data_type,
+            ldas.as_ptr(),
+            pointer_array(a_arr),
+            data_type,
+            ldbs.as_ptr(),
+            betas.as_ptr() as *const _,
+            c_arr as *const *mut std::ffi::c_void,
+            data_type,
+            ldcs.as_ptr(),
+            problems as i32,
+            group_sizes.as_ptr(),
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        )
+    };
+    if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        candle_core::bail!("cublasGemmGroupedBatchedEx failed: {status:?}");
+    }
+    Ok(out)
+}
+
+/// A device address of a pointer array, as cuBLAS's pointer-array argument.
+fn pointer_array(address: u64) -> *const *const std::ffi::c_void {
+    address as *const *const std::ffi::c_void
+}

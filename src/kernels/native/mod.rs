@@ -308,6 +308,19 @@ pub fn gemm_bt_accumulate(
     }
 }
 
+/// Row groups times their own matrix through the vendor BLAS's grouped GEMM: rows
+/// `[start_g, start_g + counts[g])` of `a [R, K]` times `b[g]ᵀ` (`b [G, N, K]`) → `[R, N]`.
+pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tensor> {
+    match a.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::grouped_gemm_bt(a, counts, b),
+        device => {
+            let _ = (counts, b);
+            candle_core::bail!("no vendor grouped GEMM of this build drives {device:?}")
+        }
+    }
+}
+
 /// An output tensor for a kernel that writes every element: uninitialised on a GPU, zeros on
 /// the host; poisoned and guarded while a numerical check is armed ([`poison`]).
 pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
