@@ -20,7 +20,7 @@ if [[ " $STEPS " == *" probe "* ]]; then
   $G4 probe-ops --device cuda --json > "$OUT/probe.json"; echo "probe-ops exit $?"
 fi
 if [[ " $STEPS " == *" goldens "* ]]; then
-  echo "== verify-golden --device cuda (f32, token-exact; graph decode where the model allows)"
+  echo "== verify-golden --device cuda (f32, token-exact; graph decode, auto on CUDA)"
   $G4 verify-golden --device cuda | tee "$OUT/goldens-f32.txt"
   echo "== verify-golden --device cuda --decode eager (f32, token-exact)"
   $G4 verify-golden --device cuda --decode eager | tee "$OUT/goldens-f32-eager.txt"

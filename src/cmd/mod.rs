@@ -20,7 +20,7 @@ pub struct ModelArgs {
     pub dtype: Option<String>,
 }
 
-/// `--decode`: auto (graph steps on CUDA where the model allows, eager elsewhere), eager (every
+/// `--decode`: auto (graph steps on CUDA, eager elsewhere), eager (every
 /// step launched from the host), or graph (one device-resident step, captured as a CUDA graph and
 /// replayed on CUDA; run directly on other devices).
 pub const DECODE_HELP: &str =
