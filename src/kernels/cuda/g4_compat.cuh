@@ -3,9 +3,19 @@
 
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
-#include <hip/hip_bf16.h>
 #include <hip/hip_fp16.h>
-typedef __hip_bfloat16 g4_bf16;
+// bf16 as its 16 storage bits, converted here: the HIP headers of the Debian toolchain that
+// builds these objects (5.2.3) have no hip_bf16.h.
+struct g4_bf16 {
+    unsigned short bits;
+};
+__device__ __forceinline__ float g4_bf16_to_f32(g4_bf16 x) { return __uint_as_float((unsigned)x.bits << 16); }
+// Round to nearest, ties to even, as __float2bfloat16 does; NaN stays a quiet NaN.
+__device__ __forceinline__ g4_bf16 g4_f32_to_bf16(float f) {
+    const unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return g4_bf16{(unsigned short)((u >> 16) | 0x0040u)};
+    return g4_bf16{(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
 typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
 #define G4_SHFL(v, lane) __shfl((v), (lane))
@@ -13,6 +23,8 @@ typedef __half g4_f16;
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 typedef __nv_bfloat16 g4_bf16;
+__device__ __forceinline__ float g4_bf16_to_f32(g4_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ g4_bf16 g4_f32_to_bf16(float f) { return __float2bfloat16(f); }
 typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
 #define G4_SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane))
@@ -21,12 +33,12 @@ typedef __half g4_f16;
 #include <stdint.h>
 
 __device__ __forceinline__ float g4_to_f32(float x) { return x; }
-__device__ __forceinline__ float g4_to_f32(g4_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float g4_to_f32(g4_bf16 x) { return g4_bf16_to_f32(x); }
 __device__ __forceinline__ float g4_to_f32(g4_f16 x) { return __half2float(x); }
 
 template <typename T> __device__ __forceinline__ T g4_from_f32(float x);
 template <> __device__ __forceinline__ float g4_from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ g4_bf16 g4_from_f32<g4_bf16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ g4_bf16 g4_from_f32<g4_bf16>(float x) { return g4_f32_to_bf16(x); }
 template <> __device__ __forceinline__ g4_f16 g4_from_f32<g4_f16>(float x) { return __float2half(x); }
 
 // Rounds through T and back: reproduces where the composed arm stores an intermediate in T.
