@@ -97,8 +97,9 @@ pub const CONTRACT: OpContract = OpContract {
     ],
 };
 
-/// Shapes the native arm hands to another path.
-const SHAPE_PATHS: &[ShapePath] = &[
+/// Shapes the native arm hands to another path; the same for every norm that holds its rows in
+/// registers (`native::per_row`), each of which has check cases named like these.
+pub(super) const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "rows up to 8192 wide",
         path: "native: one block per row, the row held in registers",

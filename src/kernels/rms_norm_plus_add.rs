@@ -1,7 +1,7 @@
 //! `rms_norm_plus_add`: `residual + rms_norm(x; w)` — the post-norm residual add of every branch.
 
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
 use super::{arm_for, reference, rms_norm, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
@@ -72,7 +72,7 @@ pub fn reference(residual: &[f64], x: &[f64], cols: usize, weight: &[f64], eps: 
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(SHAPE_PATHS),
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(rms_norm::SHAPE_PATHS),
     cases,
     run,
     mutants: &[Mutant {
@@ -86,20 +86,6 @@ pub const CONTRACT: OpContract = OpContract {
         },
     }],
 };
-
-/// Shapes the native arm hands to another path.
-const SHAPE_PATHS: &[ShapePath] = &[
-    ShapePath {
-        shapes: "rows up to 8192 wide",
-        path: "native: one block per row, the row held in registers",
-        case: "[2, 8192]",
-    },
-    ShapePath {
-        shapes: "rows wider than 8192",
-        path: "composed",
-        case: "[1, 8200]",
-    },
-];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
