@@ -118,7 +118,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 ..chat
             };
         }
-        tokenizer.encode(&tokenizer.apply_chat_template(&chat)?)?
+        let (prompt, unread) = tokenizer.apply_chat_template(&chat)?;
+        for request in unread {
+            eprintln!(
+                "note: this checkpoint's chat template does not read {request}; it has no effect"
+            );
+        }
+        tokenizer.encode(&prompt)?
     } else {
         // Gemma's tokenizer adds no BOS; raw prompts get it here.
         let mut ids = vec![model.config().bos_token_id];

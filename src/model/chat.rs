@@ -156,6 +156,19 @@ impl ChatTemplate {
         ChatTemplate { source }
     }
 
+    /// What `chat` asks of the template that the template never reads (`enable_thinking`,
+    /// `tools`): such a request renders, but changes nothing.
+    pub fn unread_requests(&self, chat: &Chat) -> Vec<&'static str> {
+        let mut unread = Vec::new();
+        if chat.enable_thinking.is_some() && !self.source.contains("enable_thinking") {
+            unread.push("enable_thinking (--think)");
+        }
+        if chat.tools.is_some() && !self.source.contains("tools") {
+            unread.push("tools (--tools)");
+        }
+        unread
+    }
+
     /// Renders `chat` with a generation prompt; `special_tokens` are the tokenizer's named
     /// tokens (`bos_token`, `eos_token`, …) as transformers passes them.
     pub fn render(&self, chat: &Chat, special_tokens: &[(String, String)]) -> Result<String> {
@@ -513,6 +526,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("ran longer than"), "{error}");
+    }
+
+    #[test]
+    fn requests_the_template_never_reads_are_named() {
+        let chat = Chat {
+            messages: vec![],
+            tools: Some(vec![]),
+            enable_thinking: Some(true),
+        };
+        let plain = ChatTemplate::new("{{ messages }}".to_string());
+        assert_eq!(
+            plain.unread_requests(&chat),
+            ["enable_thinking (--think)", "tools (--tools)"]
+        );
+        let aware = ChatTemplate::new("{{ enable_thinking }}{{ tools }}".to_string());
+        assert!(aware.unread_requests(&chat).is_empty());
     }
 
     #[test]

@@ -160,12 +160,17 @@ impl TextTokenizer {
         self.inner.decode_stream(true)
     }
 
-    /// Renders the checkpoint's chat template with a generation prompt.
-    pub fn apply_chat_template(&self, chat: &Chat) -> Result<String> {
-        self.chat_template
+    /// Renders the checkpoint's chat template with a generation prompt; also returns what the
+    /// chat asked for that the template never reads.
+    pub fn apply_chat_template(&self, chat: &Chat) -> Result<(String, Vec<&'static str>)> {
+        let template = self
+            .chat_template
             .as_ref()
-            .context("the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json) for --chat")?
-            .render(chat, &self.special_tokens)
+            .context("the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json) for --chat")?;
+        Ok((
+            template.render(chat, &self.special_tokens)?,
+            template.unread_requests(chat),
+        ))
     }
 }
 
