@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|moe|moe-reference ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|moe|moe-reference|moe-parity ...]
 #   (default: probe goldens bench; g4bench: g4 alone; moe: g4 on a random-weight 26B-A4B,
-#   moe-reference: transformers beside it; G4_REFERENCE_TIMEOUT caps each transformers run,
-#   default 420 s)
+#   moe-reference: transformers beside it, moe-parity: g4 f32/bf16 and transformers bf16 against
+#   transformers f32 on it; G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
@@ -39,7 +39,7 @@ if [[ " $STEPS " == *" bench "* ]]; then
   timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"
 fi
-if [[ " $STEPS " == *" moe "* || " $STEPS " == *" moe-reference "* ]]; then
+if [[ " $STEPS " == *" moe "* || " $STEPS " == *" moe-reference "* || " $STEPS " == *" moe-parity "* ]]; then
   MOE=/tmp/g4-26b-a4b
   rm -rf /tmp/g4-e4b  # the disk holds one full-size checkpoint at a time
   [ -f "$MOE/config.json" ] || python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn
@@ -53,4 +53,8 @@ if [[ " $STEPS " == *" moe-reference "* ]]; then
   echo "== transformers 26B-A4B bf16 (prefill and a short dynamic-cache decode)"
   timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$MOE" --prompt 128 --new 16 --prefill 512 --reps 2 --caches dynamic 2>&1 \
     | grep '^{' | tee "$OUT/bench-moe-transformers.jsonl"
+fi
+if [[ " $STEPS " == *" moe-parity "* ]]; then
+  echo "== parity: g4 f32/bf16 and transformers bf16 against transformers f32 (26B-A4B)"
+  python3 scripts/moe_parity.py "$MOE" "$OUT/parity" --g4 "$G4" 2>&1 | grep -v -i warn | tee "$OUT/parity.txt"
 fi
