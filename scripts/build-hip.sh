@@ -20,14 +20,21 @@ STAMP="${BOOKWORM[*]} ${TRIXIE[*]}"
 
 if [ ! -f "$CACHE/.g4-installed" ] || [ "$(cat "$CACHE/.g4-installed")" != "$STAMP" ]; then
   rm -rf "$CACHE"
-  mkdir -p "$CACHE/debs" "$CACHE/root" "$CACHE/trixie/lists/partial"
-  (cd "$CACHE/debs" && apt-get download -q "${BOOKWORM[@]}" >&2)
-  # trixie's packages through a private source list and state dir: the system's apt is untouched.
-  echo "deb http://deb.debian.org/debian trixie main" > "$CACHE/trixie/sources.list"
-  trixie=(-o "Dir::Etc::sourcelist=$CACHE/trixie/sources.list" -o "Dir::Etc::sourceparts=-"
-          -o "Dir::State::Lists=$CACHE/trixie/lists" -o "APT::Get::List-Cleanup=0")
-  apt-get "${trixie[@]}" update -qq >&2
-  (cd "$CACHE/debs" && apt-get "${trixie[@]}" download -q "${TRIXIE[@]}" >&2)
+  mkdir -p "$CACHE/debs" "$CACHE/root"
+  # Each suite through a private source list and state dir: the system's apt lists are neither
+  # needed (a fresh machine has none) nor touched.
+  fetch() {
+    local suite="$1"; shift
+    local state="$CACHE/apt-$suite"
+    mkdir -p "$state/lists/partial"
+    printf 'deb http://deb.debian.org/debian %s main\n' "$suite" "$suite-updates" > "$state/sources.list"
+    local apt=(-o "Dir::Etc::sourcelist=$state/sources.list" -o "Dir::Etc::sourceparts=-"
+               -o "Dir::State::Lists=$state/lists" -o "APT::Get::List-Cleanup=0")
+    apt-get "${apt[@]}" update -qq >&2
+    (cd "$CACHE/debs" && apt-get "${apt[@]}" download -q "$@" >&2)
+  }
+  fetch bookworm "${BOOKWORM[@]}"
+  fetch trixie "${TRIXIE[@]}"
   for deb in "$CACHE"/debs/*.deb; do dpkg-deb -x "$deb" "$CACHE/root"; done
   echo "$STAMP" > "$CACHE/.g4-installed"
 fi
