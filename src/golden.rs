@@ -81,8 +81,8 @@ impl GoldenFile {
     /// Fails when a case names a token the model has no logit for.
     pub fn check_vocab(&self, path: &Path, vocab_size: usize) -> Result<()> {
         for case in &self.cases {
-            let ids = case.prompt_ids.iter().chain(&case.expected_ids);
-            if let Some(&id) = ids.clone().find(|&&id| id as usize >= vocab_size) {
+            let mut ids = case.prompt_ids.iter().chain(&case.expected_ids);
+            if let Some(&id) = ids.find(|&&id| id as usize >= vocab_size) {
                 bail!(
                     "{}: case '{}' has token id {id}, but the model's vocab_size is {vocab_size}",
                     path.display(),
@@ -230,9 +230,8 @@ pub fn run_case(
         max_logprob_delta: None,
     };
     for (step, &expected) in case.expected_ids.iter().enumerate() {
-        crate::model::sampling::check_finite(logits)
+        let got = crate::model::sampling::greedy_checked(logits)
             .with_context(|| format!("case '{}', step {step}", case.name))?;
-        let got = crate::model::sampling::greedy(logits)?;
         if result.divergence.is_none() {
             result.generated_ids.push(got);
             if let Some(reference) = case.top_logprobs.as_ref().and_then(|t| t.get(step)) {

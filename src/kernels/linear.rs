@@ -51,7 +51,7 @@ const LOADS_PER_LANE: usize = 8;
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
 /// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
 fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, vector_aligned, Arg, Grid};
     let (rows, out_shape) = rows_of(x, w)?;
     let (m, k) = rows.dims2()?;
     let n = w.dim(0)?;
@@ -61,9 +61,7 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         return composed(x, w);
     }
     let (rows, w_rows) = (rows.contiguous()?, w.contiguous()?);
-    let aligned =
-        |t: &Tensor| (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
-    if !aligned(&rows) || !aligned(&w_rows) {
+    if !vector_aligned(&rows) || !vector_aligned(&w_rows) {
         return composed(x, w);
     }
     // Each column's K is split over enough warps that every lane issues all its W loads in one

@@ -169,7 +169,7 @@ fn native_fwd(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, vector_aligned, Arg, Grid};
     let (tokens, hidden) = x.dims2()?;
     let slots = ids.dim(1)?;
     let width = down.dim(2)?;
@@ -187,9 +187,7 @@ fn native_fwd(
         return composed(x, ids, weights, gate_up, down);
     }
     let (x, gate_up, down) = (x.contiguous()?, gate_up.contiguous()?, down.contiguous()?);
-    let aligned =
-        |t: &Tensor| (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16);
-    if !aligned(&x) || !aligned(&gate_up) || !aligned(&down) {
+    if ![&x, &gate_up, &down].into_iter().all(vector_aligned) {
         return composed(&x, ids, weights, &gate_up, &down);
     }
     let ids = ids.to_dtype(DType::U32)?.contiguous()?;
@@ -197,8 +195,6 @@ fn native_fwd(
     let h = empty((tokens * slots, width), x.dtype(), x.device())?;
     let out = empty((tokens, hidden), DType::F32, x.device())?;
     let threads = (WARPS_PER_BLOCK * 32) as u32;
-    let dims = [slots as i32, hidden as i32, width as i32].map(Arg::I32);
-    let [slots_arg, hidden_arg, width_arg] = dims;
     launch(
         &kernel_name("moe_experts_gate_up", x.dtype())?,
         x.device(),
@@ -229,9 +225,9 @@ fn native_fwd(
             Arg::Tensor(&weights),
             Arg::Tensor(&down),
             Arg::Tensor(&out),
-            slots_arg,
-            hidden_arg,
-            width_arg,
+            Arg::I32(slots as i32),
+            Arg::I32(hidden as i32),
+            Arg::I32(width as i32),
         ],
     )?;
     Ok(out)

@@ -84,7 +84,10 @@ pub fn generate(
     let mut history = request.prompt_ids.clone();
     let mut stream = tokenizer.stream();
     let mut stops = StopMatcher::new(&request.stop_strings);
-    let mut channels = channel_splitter(tokenizer, &request.prompt_ids)?;
+    let mut channels =
+        ChannelSplitter::after_prompt(tokenizer.channel_markers(), &request.prompt_ids, |from| {
+            tokenizer.decode(&request.prompt_ids[from..])
+        })?;
     let mut text = String::new();
     let mut reasoning = String::new();
     let mut token_ids = Vec::new();
@@ -120,24 +123,21 @@ pub fn generate(
         let piece = stream
             .step(next)
             .map_err(|e| anyhow::anyhow!("cannot decode token {next}: {e}"))?;
-        let mut matched = false;
-        for (channel, piece) in channels.route(piece.as_deref().unwrap_or_default()) {
-            match channel {
-                Channel::Reasoning => {
-                    reasoning.push_str(&piece);
-                    on_text(Channel::Reasoning, &piece);
-                }
-                Channel::Answer => {
-                    let ready;
-                    (ready, matched) = stops.push(&piece);
-                    text.push_str(&ready);
-                    on_text(Channel::Answer, &ready);
+        match channels.route(piece.as_deref().unwrap_or_default()) {
+            Some((Channel::Reasoning, piece)) => {
+                reasoning.push_str(&piece);
+                on_text(Channel::Reasoning, &piece);
+            }
+            Some((Channel::Answer, piece)) => {
+                let (ready, matched) = stops.push(&piece);
+                text.push_str(&ready);
+                on_text(Channel::Answer, &ready);
+                if matched {
+                    stop_reason = StopReason::StopString;
+                    break;
                 }
             }
-        }
-        if matched {
-            stop_reason = StopReason::StopString;
-            break;
+            None => {}
         }
         channels.on_token(next);
         if token_ids.len() == request.max_tokens {
@@ -165,19 +165,6 @@ pub fn generate(
         decode: decode_started.elapsed(),
         logprobs,
     })
-}
-
-/// The channel state the prompt leaves generation in (inside an open thought channel, or not).
-fn channel_splitter(tokenizer: &TextTokenizer, prompt_ids: &[u32]) -> Result<ChannelSplitter> {
-    let markers = tokenizer.channel_markers();
-    let after_open = match markers.open {
-        Some(open) => match prompt_ids.iter().rposition(|&t| t == open) {
-            Some(at) => tokenizer.decode(&prompt_ids[at + 1..])?,
-            None => String::new(),
-        },
-        None => String::new(),
-    };
-    Ok(ChannelSplitter::new(markers, prompt_ids, &after_open))
 }
 
 /// Holds back text that may be the start of a stop string, so that a stop string is never

@@ -55,8 +55,7 @@ impl Sampler {
     pub fn next(&mut self, logits: &Tensor, history: &[u32]) -> Result<u32> {
         let p = &self.params;
         if p.temperature <= 0.0 && p.repeat_penalty == 1.0 {
-            check_finite(logits)?;
-            return greedy(logits);
+            return greedy_checked(logits);
         }
         let mut values = logits.to_vec1::<f32>()?;
         if values.iter().any(|v| !v.is_finite()) {
@@ -133,17 +132,20 @@ pub fn greedy(logits: &Tensor) -> Result<u32> {
         .to_scalar::<u32>()?)
 }
 
-/// Fails when any logit is NaN or infinite: one sum on the device, whose result is finite
-/// exactly when every term is (softcapped logits cannot overflow it).
-pub fn check_finite(logits: &Tensor) -> Result<()> {
+/// Greedy choice that refuses non-finite logits, with one trip to the host: the chosen index
+/// and the sum of all logits (finite exactly when every logit is; softcapped logits cannot
+/// overflow it) come back together. Ids below 2^24 (config.json's vocab limit) are exact in f32.
+pub fn greedy_checked(logits: &Tensor) -> Result<u32> {
+    let index = crate::kernels::argmax::argmax(logits)?.to_dtype(candle_core::DType::F32)?;
     let sum = logits
         .to_dtype(candle_core::DType::F32)?
         .sum_all()?
-        .to_scalar::<f32>()?;
-    if !sum.is_finite() {
+        .reshape(1)?;
+    let both = Tensor::cat(&[&index, &sum], 0)?.to_vec1::<f32>()?;
+    if !both[1].is_finite() {
         bail!(NON_FINITE);
     }
-    Ok(())
+    Ok(both[0] as u32)
 }
 
 /// The model's log-probabilities (f32 logits `[vocab]`, before temperature, truncation and

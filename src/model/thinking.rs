@@ -30,60 +30,52 @@ pub struct ChannelSplitter {
 impl ChannelSplitter {
     /// Starts where the prompt leaves off: a prompt that ends inside an open channel (a
     /// template that prefills `<|channel>thought\n`) makes the first tokens reasoning.
-    /// `text_after_open` is the prompt's text after its last open marker.
-    pub fn new(markers: ChannelMarkers, prompt_ids: &[u32], text_after_open: &str) -> Self {
+    /// `text_after` decodes the prompt's tokens after a position (its last open marker).
+    pub fn after_prompt(
+        markers: ChannelMarkers,
+        prompt_ids: &[u32],
+        text_after: impl FnOnce(usize) -> anyhow::Result<String>,
+    ) -> anyhow::Result<Self> {
+        let mut splitter = ChannelSplitter {
+            markers,
+            state: State::Answer,
+        };
         let last =
             |marker: Option<u32>| marker.and_then(|m| prompt_ids.iter().rposition(|&t| t == m));
-        let state = match (last(markers.open), last(markers.close)) {
-            (Some(open), close) if close.is_none_or(|c| c < open) => {
-                let mut state = State::Header(String::new());
-                let mut splitter = ChannelSplitter { markers, state };
-                splitter.route(text_after_open);
-                state = splitter.state;
-                state
+        if let (Some(open), close) = (last(markers.open), last(markers.close)) {
+            if close.is_none_or(|c| c < open) {
+                splitter.state = State::Header(String::new());
+                splitter.route(&text_after(open + 1)?);
             }
-            _ => State::Answer,
-        };
-        ChannelSplitter { markers, state }
+        }
+        Ok(splitter)
     }
 
-    /// Takes a generated token id after its text was routed; true when it was a channel marker.
-    pub fn on_token(&mut self, id: u32) -> bool {
+    /// Takes a generated token id after its text was routed: a channel marker switches state.
+    pub fn on_token(&mut self, id: u32) {
         if Some(id) == self.markers.open {
             self.state = State::Header(String::new());
-            true
         } else if Some(id) == self.markers.close {
             self.state = State::Answer;
-            true
-        } else {
-            false
         }
     }
 
-    /// Splits a piece of decoded text by channel; the channel name line is consumed.
-    pub fn route(&mut self, piece: &str) -> Vec<(Channel, String)> {
-        match &mut self.state {
-            State::Answer => vec![(Channel::Answer, piece.to_string())],
-            State::Reasoning => vec![(Channel::Reasoning, piece.to_string())],
-            State::Header(name) => {
-                name.push_str(piece);
-                if let Some(end) = name.find('\n') {
-                    let rest = name[end + 1..].to_string();
-                    self.state = State::Reasoning;
-                    if rest.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![(Channel::Reasoning, rest)]
-                    }
-                } else if name.chars().count() > MAX_HEADER_CHARS {
-                    let all = std::mem::take(name);
-                    self.state = State::Reasoning;
-                    vec![(Channel::Reasoning, all)]
-                } else {
-                    Vec::new()
-                }
-            }
-        }
+    /// The channel a piece of decoded text belongs to; `None` while it is (part of) the
+    /// channel's name line, which is dropped.
+    pub fn route(&mut self, piece: &str) -> Option<(Channel, String)> {
+        let name = match &mut self.state {
+            State::Answer => return Some((Channel::Answer, piece.to_string())),
+            State::Reasoning => return Some((Channel::Reasoning, piece.to_string())),
+            State::Header(name) => name,
+        };
+        name.push_str(piece);
+        let rest = match name.find('\n') {
+            Some(end) => name[end + 1..].to_string(),
+            None if name.chars().count() > MAX_HEADER_CHARS => std::mem::take(name),
+            None => return None,
+        };
+        self.state = State::Reasoning;
+        (!rest.is_empty()).then_some((Channel::Reasoning, rest))
     }
 }
 
@@ -96,26 +88,27 @@ mod tests {
         close: Some(101),
     };
 
+    fn splitter(markers: ChannelMarkers, prompt: &[u32], after_open: &str) -> ChannelSplitter {
+        ChannelSplitter::after_prompt(markers, prompt, |_| Ok(after_open.to_string())).unwrap()
+    }
+
     /// Feeds (token, decoded piece) pairs and collects what each channel received.
     fn run(splitter: &mut ChannelSplitter, steps: &[(u32, &str)]) -> (String, String) {
         let (mut reasoning, mut answer) = (String::new(), String::new());
         for &(id, piece) in steps {
-            if splitter.on_token(id) {
-                continue;
+            match splitter.route(piece) {
+                Some((Channel::Reasoning, text)) => reasoning.push_str(&text),
+                Some((Channel::Answer, text)) => answer.push_str(&text),
+                None => {}
             }
-            for (channel, text) in splitter.route(piece) {
-                match channel {
-                    Channel::Reasoning => reasoning.push_str(&text),
-                    Channel::Answer => answer.push_str(&text),
-                }
-            }
+            splitter.on_token(id);
         }
         (reasoning, answer)
     }
 
     #[test]
     fn a_thought_channel_is_reasoning_and_its_name_line_is_dropped() {
-        let mut s = ChannelSplitter::new(MARKERS, &[2, 105, 7], "");
+        let mut s = splitter(MARKERS, &[2, 105, 7], "");
         let steps = [
             (100, ""),
             (7, "thou"),
@@ -133,17 +126,17 @@ mod tests {
 
     #[test]
     fn a_prompt_ending_inside_a_channel_starts_in_reasoning() {
-        let mut s = ChannelSplitter::new(MARKERS, &[2, 100, 7, 8], "thought\n");
+        let mut s = splitter(MARKERS, &[2, 100, 7, 8], "thought\n");
         let steps = [(9, "hmm"), (101, ""), (10, "yes")];
         assert_eq!(run(&mut s, &steps), ("hmm".into(), "yes".into()));
-        let mut s = ChannelSplitter::new(MARKERS, &[2, 100], "");
+        let mut s = splitter(MARKERS, &[2, 100], "");
         let steps = [(7, "thought\n"), (9, "hmm"), (101, ""), (10, "yes")];
         assert_eq!(run(&mut s, &steps), ("hmm".into(), "yes".into()));
     }
 
     #[test]
     fn a_closed_channel_in_the_prompt_leaves_the_answer_open() {
-        let mut s = ChannelSplitter::new(MARKERS, &[2, 100, 7, 8, 101], "thought\n");
+        let mut s = splitter(MARKERS, &[2, 100, 7, 8, 101], "thought\n");
         assert_eq!(
             run(&mut s, &[(10, "Answer")]),
             (String::new(), "Answer".into())
@@ -152,7 +145,7 @@ mod tests {
 
     #[test]
     fn without_markers_everything_is_answer() {
-        let mut s = ChannelSplitter::new(ChannelMarkers::default(), &[2, 100], "");
+        let mut s = splitter(ChannelMarkers::default(), &[2, 100], "");
         assert_eq!(
             run(&mut s, &[(100, "x"), (101, "y")]),
             (String::new(), "xy".into())
@@ -161,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_name_without_a_newline_turns_into_reasoning() {
-        let mut s = ChannelSplitter::new(MARKERS, &[2], "");
+        let mut s = splitter(MARKERS, &[2], "");
         let long = "a".repeat(MAX_HEADER_CHARS + 1);
         assert_eq!(
             run(&mut s, &[(100, ""), (7, &long)]),

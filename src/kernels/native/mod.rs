@@ -267,6 +267,11 @@ pub fn per_row(rows: usize, cols: usize) -> Option<Grid> {
     })
 }
 
+/// Whether a kernel can read `t` in 16-byte vectors from its first element.
+pub fn vector_aligned(t: &Tensor) -> bool {
+    (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16)
+}
+
 /// `g4_<kernel>_<f32|bf16|f16>`.
 pub fn kernel_name(kernel: &str, dtype: DType) -> Result<String> {
     let suffix = match dtype {
