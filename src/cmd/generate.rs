@@ -96,8 +96,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let (device, dtype, source) = args.target.resolve()?;
-    let chat = chat_request(&args)?;
     let prompt = read_prompt(&args.prompt)?;
+    let chat = chat_request(&args, &prompt)?;
 
     let load_started = Instant::now();
     let config = source.config()?;
@@ -111,13 +111,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     bar.finish_and_clear();
     let load_time = load_started.elapsed();
 
-    let prompt_ids = if let Some(mut chat) = chat {
-        if chat.messages.is_empty() {
-            chat = Chat {
-                messages: Chat::from_prompt(args.system.as_deref(), &prompt).messages,
-                ..chat
-            };
-        }
+    let prompt_ids = if let Some(chat) = chat {
         let (prompt, unread) = tokenizer.apply_chat_template(&chat)?;
         for request in unread {
             eprintln!(
@@ -201,7 +195,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let peak = g4::device::memory_in_use(&device);
     if args.json {
-        let value = json!({
+        let mut value = json!({
             "model": source.name(),
             "device": device_name(&device),
             "dtype": dtype_name(dtype),
@@ -224,7 +218,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
             },
             "peak_memory_bytes": peak,
         });
-        let mut value = value;
         if args.logprobs.is_some() {
             let entry = |id: u32, logprob: f32| json!({"token": id, "text": tokenizer.token_text(id), "logprob": logprob});
             value["logprobs"] = result
@@ -272,9 +265,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The chat to render, read and checked before the model loads; `None` for a raw prompt. Its
-/// messages are empty for `--chat`, whose single user turn is the prompt.
-fn chat_request(args: &Args) -> Result<Option<Chat>> {
+/// The chat to render, read and checked before the model loads; `None` for a raw prompt.
+/// `--chat` makes the prompt a user turn, after `--system`'s turn.
+fn chat_request(args: &Args, prompt: &str) -> Result<Option<Chat>> {
     if !args.chat && args.messages.is_none() {
         return Ok(None);
     }
@@ -283,7 +276,7 @@ fn chat_request(args: &Args) -> Result<Option<Chat>> {
             let (what, text) = read_file_or_stdin(spec)?;
             chat::messages_from_json(&what, &text)?
         }
-        None => Vec::new(),
+        None => chat::prompt_messages(args.system.as_deref(), prompt),
     };
     let tools = match &args.tools {
         Some(path) => {

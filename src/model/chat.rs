@@ -28,20 +28,14 @@ pub struct Chat {
     pub enable_thinking: Option<bool>,
 }
 
-impl Chat {
-    /// A single user turn, after an optional system turn.
-    pub fn from_prompt(system: Option<&str>, user: &str) -> Chat {
-        let mut messages = Vec::new();
-        if let Some(system) = system {
-            messages.push(serde_json::json!({"role": "system", "content": system}));
-        }
-        messages.push(serde_json::json!({"role": "user", "content": user}));
-        Chat {
-            messages,
-            tools: None,
-            enable_thinking: None,
-        }
+/// A single user turn, after an optional system turn.
+pub fn prompt_messages(system: Option<&str>, user: &str) -> Vec<Json> {
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(serde_json::json!({"role": "system", "content": system}));
     }
+    messages.push(serde_json::json!({"role": "user", "content": user}));
+    messages
 }
 
 /// Reads a JSON list of chat messages; `what` names the file in errors, which also name the
