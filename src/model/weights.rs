@@ -1,10 +1,10 @@
-//! Safetensors checkpoints: one file or sharded (`model.safetensors.index.json`), memory-mapped,
-//! with the text stack found under `model.` or `model.language_model.`. Every tensor is
-//! shape-checked on load and converted to the compute dtype; every failure names the file and
-//! the tensor.
+//! Safetensors checkpoints: one file or sharded (`model.safetensors.index.json`), with the text
+//! stack found under `model.` or `model.language_model.`. Headers are parsed and checked here;
+//! each tensor is read straight from its file into the buffer that becomes the tensor (no
+//! memory map held beside the copy, so a CPU model's memory is its weights), shape-checked and
+//! converted to the compute dtype. Every failure names the file and the tensor.
 
 use anyhow::{bail, Context, Result};
-use candle_core::safetensors::{MmapedSafetensors, SliceSafetensors};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,40 +12,81 @@ use std::path::{Path, PathBuf};
 /// Prefixes under which checkpoints keep the text decoder, most specific first.
 const PREFIXES: [&str; 3] = ["model.language_model.", "model.", "language_model.model."];
 
-/// One safetensors file: memory-mapped from disk, or compiled into the binary.
-enum Source {
-    Mapped(MmapedSafetensors),
-    Embedded(SliceSafetensors<'static>),
+/// The safetensors format's own limit on a header.
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Where one safetensors file's bytes are: a file on disk, or compiled into the binary.
+enum Bytes {
+    File(std::fs::File),
+    Embedded(&'static [u8]),
 }
 
-impl Source {
-    fn names(&self) -> Vec<String> {
-        let views = match self {
-            Source::Mapped(m) => m.tensors(),
-            Source::Embedded(s) => s.tensors(),
-        };
-        views.into_iter().map(|(name, _)| name).collect()
-    }
-
-    fn shape(&self, name: &str) -> candle_core::Result<Vec<usize>> {
-        Ok(match self {
-            Source::Mapped(m) => m.get(name)?.shape().to_vec(),
-            Source::Embedded(s) => s.get(name)?.shape().to_vec(),
-        })
-    }
-
-    fn load(&self, name: &str) -> candle_core::Result<Tensor> {
+impl Bytes {
+    fn len(&self) -> std::io::Result<u64> {
         match self {
-            Source::Mapped(m) => m.load(name, &Device::Cpu),
-            Source::Embedded(s) => s.load(name, &Device::Cpu),
+            Bytes::File(f) => Ok(f.metadata()?.len()),
+            Bytes::Embedded(b) => Ok(b.len() as u64),
+        }
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Bytes::File(f) => std::os::unix::fs::FileExt::read_exact_at(f, buf, offset),
+            Bytes::Embedded(b) => {
+                let start = usize::try_from(offset).map_err(std::io::Error::other)?;
+                let src = b
+                    .get(start..start + buf.len())
+                    .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
         }
     }
 }
 
+/// One tensor as its file's header describes it.
+#[derive(Clone, Debug)]
+struct Entry {
+    dtype: String,
+    shape: Vec<usize>,
+    /// Absolute offset of its first byte in the file, and its length in bytes.
+    start: u64,
+    len: usize,
+}
+
+impl Entry {
+    fn candle_dtype(&self) -> Option<DType> {
+        Some(match self.dtype.as_str() {
+            "F32" => DType::F32,
+            "BF16" => DType::BF16,
+            "F16" => DType::F16,
+            "F64" => DType::F64,
+            "F8_E4M3" => DType::F8E4M3,
+            "U8" => DType::U8,
+            "U32" => DType::U32,
+            "I64" => DType::I64,
+            _ => return None,
+        })
+    }
+}
+
+struct ShardFile {
+    path: PathBuf,
+    bytes: Bytes,
+    /// In header order.
+    tensors: Vec<(String, Entry)>,
+}
+
+impl ShardFile {
+    fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.iter().map(|(name, _)| name.as_str())
+    }
+}
+
 pub struct Checkpoint {
-    files: Vec<(PathBuf, Source)>,
-    /// Tensor name → index into `files`.
-    location: HashMap<String, usize>,
+    files: Vec<ShardFile>,
+    /// Tensor name → (index into `files`, index into its `tensors`).
+    location: HashMap<String, (usize, usize)>,
     prefix: &'static str,
     device: Device,
     dtype: DType,
@@ -62,20 +103,14 @@ impl Checkpoint {
         for path in paths {
             let file = std::fs::File::open(&path)
                 .with_context(|| format!("cannot open {}", path.display()))?;
-            // SAFETY: the file is mapped read-only; g4 never writes checkpoints it has open.
-            let map = unsafe { memmap2::Mmap::map(&file) }
-                .with_context(|| format!("cannot map {}", path.display()))?;
-            check_header(&map).with_context(|| format!("{}", path.display()))?;
-            // SAFETY: as above.
-            let mapped = unsafe { MmapedSafetensors::new(&path) }.map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: not a valid safetensors file: {}",
-                    path.display(),
-                    root_cause(&e)
-                )
-            })?;
-            total_bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
-            files.push((path, Source::Mapped(mapped)));
+            let bytes = Bytes::File(file);
+            let tensors = read_header(&bytes).with_context(|| format!("{}", path.display()))?;
+            total_bytes += bytes.len().unwrap_or(0);
+            files.push(ShardFile {
+                path,
+                bytes,
+                tensors,
+            });
         }
         if let Some((index, weight_map)) = &weight_map {
             check_weight_map(index, weight_map, &files)?;
@@ -96,32 +131,32 @@ impl Checkpoint {
         device: &Device,
         dtype: DType,
     ) -> Result<Checkpoint> {
-        check_header(bytes).with_context(|| format!("embedded {name}"))?;
-        let slice = SliceSafetensors::new(bytes).map_err(|e| {
-            anyhow::anyhow!(
-                "embedded {name}: not a valid safetensors file: {}",
-                root_cause(&e)
-            )
-        })?;
-        let files = vec![(PathBuf::from(name), Source::Embedded(slice))];
-        Checkpoint::index(files, bytes.len() as u64, name, device, dtype)
+        let bytes = Bytes::Embedded(bytes);
+        let tensors = read_header(&bytes).with_context(|| format!("embedded {name}"))?;
+        let total_bytes = bytes.len().unwrap_or(0);
+        let files = vec![ShardFile {
+            path: PathBuf::from(name),
+            bytes,
+            tensors,
+        }];
+        Checkpoint::index(files, total_bytes, name, device, dtype)
     }
 
     fn index(
-        files: Vec<(PathBuf, Source)>,
+        files: Vec<ShardFile>,
         total_bytes: u64,
         what: &str,
         device: &Device,
         dtype: DType,
     ) -> Result<Checkpoint> {
         let mut location = HashMap::new();
-        for (i, (path, source)) in files.iter().enumerate() {
-            for name in source.names() {
-                if let Some(first) = location.insert(name.clone(), i) {
+        for (i, file) in files.iter().enumerate() {
+            for (j, name) in file.names().enumerate() {
+                if let Some((first, _)) = location.insert(name.to_string(), (i, j)) {
                     bail!(
                         "tensor {name} is stored twice: in {} and in {}",
-                        files[first].0.display(),
-                        path.display()
+                        files[first].path.display(),
+                        file.path.display()
                     );
                 }
             }
@@ -156,6 +191,11 @@ impl Checkpoint {
         self.dtype
     }
 
+    /// The device tensors are loaded to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// Total bytes of the checkpoint's files (for progress reporting).
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
@@ -177,33 +217,50 @@ impl Checkpoint {
         self.absolute_tensor(&format!("{}{name}", self.prefix), shape)
     }
 
-    /// Loads a tensor by its absolute name, checks its shape, converts it to the compute dtype.
-    pub fn absolute_tensor(&self, full_name: &str, shape: &[usize]) -> Result<Tensor> {
-        let Some(&file) = self.location.get(full_name) else {
-            let files: Vec<String> = self.files.iter().map(|(p, _)| file_name(p)).collect();
+    /// The file and header entry of a tensor whose shape must be `shape`.
+    fn locate(&self, full_name: &str, shape: &[usize]) -> Result<(&ShardFile, &Entry)> {
+        let Some(&(file, index)) = self.location.get(full_name) else {
+            let files: Vec<String> = self.files.iter().map(|f| file_name(&f.path)).collect();
             bail!(
                 "missing tensor {full_name} (looked in {})",
                 files.join(", ")
             );
         };
-        let (path, source) = &self.files[file];
-        let shape_found = source.shape(full_name).map_err(|e| {
-            anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
-        })?;
-        if shape_found != shape {
+        let file = &self.files[file];
+        let entry = &file.tensors[index].1;
+        if entry.shape != shape {
             bail!(
                 "{}: tensor {full_name} has shape {:?}, expected {:?} from config.json",
-                path.display(),
-                shape_found,
+                file.path.display(),
+                entry.shape,
                 shape
             );
         }
-        let stored = source.load(full_name).map_err(|e| {
-            anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
+        Ok((file, entry))
+    }
+
+    /// A tensor exactly as stored, on the host.
+    fn stored(&self, file: &ShardFile, full_name: &str, entry: &Entry) -> Result<Tensor> {
+        let dtype = entry.candle_dtype().with_context(|| {
+            format!(
+                "{}: tensor {full_name} is stored as {}; g4 loads f32, bf16, f16 and FP8 (e4m3) weights",
+                file.path.display(),
+                entry.dtype
+            )
         })?;
+        let read = read_tensor(&file.bytes, entry, dtype)
+            .map_err(|e| anyhow::anyhow!("{}: tensor {full_name}: {e}", file.path.display()))?;
         if let Some(bar) = &self.progress {
-            bar.inc((stored.elem_count() * stored.dtype().size_in_bytes()) as u64);
+            bar.inc(entry.len as u64);
         }
+        Ok(read)
+    }
+
+    /// Loads a tensor by its absolute name, checks its shape, converts it to the compute dtype.
+    pub fn absolute_tensor(&self, full_name: &str, shape: &[usize]) -> Result<Tensor> {
+        let (file, entry) = self.locate(full_name, shape)?;
+        let path = &file.path;
+        let stored = self.stored(file, full_name, entry)?;
         let moved = |t: Tensor| {
             t.to_device(&self.device).map_err(|e| {
                 anyhow::anyhow!("tensor {full_name}: cannot move to {:?}: {e}", self.device)
@@ -243,33 +300,154 @@ impl Checkpoint {
         }
     }
 
+    /// Decoder tensor `name` (`[rows, cols]`) kept in host memory as stored, for reading a few
+    /// rows at a time: memory-mapped from its file, or the embedded bytes. Only float tables
+    /// stored as f32, bf16 or f16 can be read this way.
+    pub fn host_rows(&self, name: &str, shape: [usize; 2]) -> Result<HostRows> {
+        let full_name = format!("{}{name}", self.prefix);
+        let (file, entry) = self.locate(&full_name, &shape)?;
+        let dtype = match entry.candle_dtype() {
+            Some(d @ (DType::F32 | DType::BF16 | DType::F16)) => d,
+            _ => bail!(
+                "{}: tensor {full_name} is stored as {}; a host-memory table must be f32, bf16 or f16",
+                file.path.display(),
+                entry.dtype
+            ),
+        };
+        let start = usize::try_from(entry.start)?;
+        let bytes = match &file.bytes {
+            Bytes::File(f) => {
+                // SAFETY: mapped read-only; g4 never writes checkpoints it has open.
+                let map = unsafe {
+                    memmap2::MmapOptions::new()
+                        .offset(entry.start)
+                        .len(entry.len)
+                        .map(f)
+                }
+                .with_context(|| format!("{}: cannot map {full_name}", file.path.display()))?;
+                RowBytes::Mapped(map)
+            }
+            Bytes::Embedded(b) => RowBytes::Embedded(&b[start..start + entry.len]),
+        };
+        if let Some(bar) = &self.progress {
+            bar.inc(entry.len as u64);
+        }
+        Ok(HostRows {
+            bytes,
+            dtype,
+            rows: shape[0],
+            cols: shape[1],
+        })
+    }
+
     /// A small f32 tensor (a quantisation scale), on the host.
     fn raw_f32(&self, full_name: &str) -> Result<Tensor> {
-        let &file = self
+        let &(file, index) = self
             .location
             .get(full_name)
             .context("scale listed but not found")?;
-        let (path, source) = &self.files[file];
-        let stored = source.load(full_name).map_err(|e| {
-            anyhow::anyhow!("{}: tensor {full_name}: {}", path.display(), root_cause(&e))
-        })?;
-        if !matches!(stored.dtype(), DType::F32 | DType::BF16 | DType::F16) {
+        let file = &self.files[file];
+        let entry = &file.tensors[index].1;
+        if !matches!(
+            entry.candle_dtype(),
+            Some(DType::F32 | DType::BF16 | DType::F16)
+        ) {
             bail!(
-                "{}: scale {full_name} is stored as {:?}; FP8 scales must be f32, bf16 or f16",
-                path.display(),
-                stored.dtype()
+                "{}: scale {full_name} is stored as {}; FP8 scales must be f32, bf16 or f16",
+                file.path.display(),
+                entry.dtype
             );
         }
-        Ok(stored.to_dtype(DType::F32)?)
+        Ok(self.stored(file, full_name, entry)?.to_dtype(DType::F32)?)
     }
 }
 
-/// Checks a safetensors header tensor by tensor, naming the tensor in every error: no name
-/// twice (a JSON parser would silently keep the last entry), a known dtype, and data offsets
-/// that match the shape and stay inside the file.
-fn check_header(bytes: &[u8]) -> Result<()> {
+/// Reads a tensor's bytes straight into the vector that becomes its host storage.
+fn read_tensor(bytes: &Bytes, entry: &Entry, dtype: DType) -> Result<Tensor> {
+    fn direct<T: candle_core::WithDType>(bytes: &Bytes, entry: &Entry) -> Result<Tensor> {
+        let n = entry.len / std::mem::size_of::<T>();
+        let mut values = vec![T::zero(); n];
+        // SAFETY: T is a plain float type, every bit pattern of which is a value, and the
+        // view covers exactly the vector's initialised elements.
+        let view =
+            unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), entry.len) };
+        bytes.read_at(entry.start, view)?;
+        Ok(Tensor::from_vec(
+            values,
+            entry.shape.as_slice(),
+            &Device::Cpu,
+        )?)
+    }
+    match dtype {
+        DType::F32 => direct::<f32>(bytes, entry),
+        DType::BF16 => direct::<half::bf16>(bytes, entry),
+        DType::F16 => direct::<half::f16>(bytes, entry),
+        _ => {
+            let mut raw = vec![0u8; entry.len];
+            bytes.read_at(entry.start, &mut raw)?;
+            Ok(Tensor::from_raw_buffer(
+                &raw,
+                dtype,
+                &entry.shape,
+                &Device::Cpu,
+            )?)
+        }
+    }
+}
+
+/// A float table kept in host memory in its stored dtype (see [`Checkpoint::host_rows`]).
+pub struct HostRows {
+    bytes: RowBytes,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+}
+
+enum RowBytes {
+    Mapped(memmap2::Mmap),
+    Embedded(&'static [u8]),
+}
+
+impl HostRows {
+    /// The stored dtype, which gathered rows keep.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols * self.dtype.size_in_bytes()
+    }
+
+    /// Appends rows `ids` (each below the row count) to `out`, in order, as stored.
+    pub fn gather(&self, ids: &[u32], out: &mut Vec<u8>) -> Result<()> {
+        let table: &[u8] = match &self.bytes {
+            RowBytes::Mapped(map) => map,
+            RowBytes::Embedded(b) => b,
+        };
+        let width = self.row_bytes();
+        out.reserve(ids.len() * width);
+        for &id in ids {
+            let id = id as usize;
+            if id >= self.rows {
+                bail!("row {id} is outside a table of {} rows", self.rows);
+            }
+            out.extend_from_slice(&table[id * width..(id + 1) * width]);
+        }
+        Ok(())
+    }
+}
+
+/// Reads and checks a safetensors header tensor by tensor, naming the tensor in every error:
+/// no name twice (a JSON parser would silently keep the last entry), a known dtype, and data
+/// offsets that match the shape and stay inside the file.
+fn read_header(bytes: &Bytes) -> Result<Vec<(String, Entry)>> {
     #[derive(serde::Deserialize)]
-    struct Entry {
+    struct Stored {
         dtype: String,
         shape: Vec<usize>,
         data_offsets: [usize; 2],
@@ -297,29 +475,39 @@ fn check_header(bytes: &[u8]) -> Result<()> {
             d.deserialize_map(Visit)
         }
     }
-    let length = bytes
-        .get(..8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("eight bytes")))
-        .context("not a valid safetensors file: shorter than its 8-byte header length")?;
-    let header_end = usize::try_from(length)
+    let file_len = bytes.len().context("cannot read the file's length")?;
+    let mut prefix = [0u8; 8];
+    bytes
+        .read_at(0, &mut prefix)
         .ok()
-        .and_then(|n| 8usize.checked_add(n))
-        .filter(|&end| end <= bytes.len())
+        .context("not a valid safetensors file: shorter than its 8-byte header length")?;
+    let length = u64::from_le_bytes(prefix);
+    if length > MAX_HEADER_BYTES {
+        bail!("not a valid safetensors file: its header claims {length} bytes, more than the format's limit of {MAX_HEADER_BYTES}");
+    }
+    let header_end = 8u64
+        .checked_add(length)
+        .filter(|&end| end <= file_len)
         .with_context(|| {
             format!("not a valid safetensors file: its header claims {length} bytes, past the end of the file")
         })?;
-    let Entries(entries) = serde_json::from_slice(&bytes[8..header_end])
+    let mut header = vec![0u8; length as usize];
+    bytes
+        .read_at(8, &mut header)
+        .context("cannot read the safetensors header")?;
+    let Entries(stored) = serde_json::from_slice(&header)
         .map_err(|e| anyhow::anyhow!("not a valid safetensors file: header: {e}"))?;
-    let data_len = bytes.len() - header_end;
+    let data_len = usize::try_from(file_len - header_end)?;
     let mut seen = std::collections::HashSet::new();
-    for (name, value) in entries {
+    let mut entries = Vec::with_capacity(stored.len());
+    for (name, value) in stored {
         if !seen.insert(name.clone()) {
             bail!("the safetensors header lists tensor {name} twice");
         }
         if name == "__metadata__" {
             continue;
         }
-        let entry: Entry = serde_json::from_value(value)
+        let entry: Stored = serde_json::from_value(value)
             .map_err(|e| anyhow::anyhow!("tensor {name}: malformed header entry: {e}"))?;
         let size = match entry.dtype.as_str() {
             "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
@@ -354,8 +542,17 @@ fn check_header(bytes: &[u8]) -> Result<()> {
                 end - begin
             )));
         }
+        entries.push((
+            name,
+            Entry {
+                dtype: entry.dtype,
+                shape: entry.shape,
+                start: header_end + begin as u64,
+                len: end - begin,
+            },
+        ));
     }
-    Ok(())
+    Ok(entries)
 }
 
 /// The index's `weight_map` and the shards must agree: every tensor where the index places
@@ -363,11 +560,11 @@ fn check_header(bytes: &[u8]) -> Result<()> {
 fn check_weight_map(
     index: &Path,
     weight_map: &HashMap<String, PathBuf>,
-    files: &[(PathBuf, Source)],
+    files: &[ShardFile],
 ) -> Result<()> {
-    for (path, source) in files {
-        let names = source.names();
-        for name in &names {
+    for file in files {
+        let path = &file.path;
+        for name in file.names() {
             match weight_map.get(name) {
                 Some(placed) if placed == path => {}
                 Some(placed) => bail!(
@@ -385,11 +582,12 @@ fn check_weight_map(
             }
         }
     }
+    let stored: HashMap<&str, &Path> = files
+        .iter()
+        .flat_map(|file| file.names().map(|name| (name, file.path.as_path())))
+        .collect();
     for (name, placed) in weight_map {
-        let in_file = files
-            .iter()
-            .any(|(path, source)| path == placed && source.names().iter().any(|n| n == name));
-        if !in_file {
+        if stored.get(name.as_str()) != Some(&placed.as_path()) {
             bail!(
                 "{}: places tensor {name} in {}, which does not hold it",
                 index.display(),
@@ -457,14 +655,4 @@ fn file_name(path: &Path) -> String {
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     )
-}
-
-/// candle wraps errors with backtraces and paths; users need the innermost message on one line.
-fn root_cause(e: &candle_core::Error) -> String {
-    let text = match e {
-        candle_core::Error::WithPath { inner, .. } => inner.to_string(),
-        candle_core::Error::WithBacktrace { inner, .. } => inner.to_string(),
-        other => other.to_string(),
-    };
-    text.lines().next().unwrap_or_default().to_string()
 }
