@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Builds a full-size random-weight Gemma-4 checkpoint (bf16, real preset dimensions from
-GEMMA4_TEXT.md §6: E4B, or 26B-A4B with --preset 26b-a4b) with transformers on the GPU, or
+GEMMA4_TEXT.md §6: E4B, or E2B / 26B-A4B with --preset) with transformers on the GPU, or
 benchmarks transformers on it.
 
-    python3 scripts/e4b_reference.py build DIR [--preset e4b|26b-a4b]
+    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b]
     python3 scripts/e4b_reference.py bench DIR --prompt 128 --new 128 --prefill 512 [--caches dynamic,static]
 
 `bench` prints one JSON line per setting: prefill of --prefill tokens (ms), and greedy decode of
@@ -32,6 +32,16 @@ def e4b_config():
     )
 
 
+def e2b_config():
+    return Gemma4TextConfig(
+        vocab_size=262144, vocab_size_per_layer_input=262144, hidden_size=1536, intermediate_size=6144,
+        num_hidden_layers=35, layer_types=([S] * 4 + [F]) * 7, num_attention_heads=8, num_key_value_heads=1,
+        head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+        num_kv_shared_layers=20, use_double_wide_mlp=True, final_logit_softcapping=30.0,
+        max_position_embeddings=131072, pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    )
+
+
 def moe_26b_config():
     return Gemma4TextConfig(
         vocab_size=262144, vocab_size_per_layer_input=262144, hidden_size=2816, intermediate_size=2112,
@@ -43,7 +53,7 @@ def moe_26b_config():
     )
 
 
-PRESETS = {"e4b": e4b_config, "26b-a4b": moe_26b_config}
+PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config}
 
 
 def build(out, preset):

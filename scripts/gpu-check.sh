@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|moe|moe-reference|moe-parity ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|ple|moe|moe-reference|moe-parity ...]
 #   (default: probe goldens bench; g4bench: g4 alone; moe: g4 on a random-weight 26B-A4B,
 #   moe-reference: transformers beside it, moe-parity: g4 f32/bf16 and transformers bf16 against
-#   transformers f32 on it; G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
+#   transformers f32 on it; ple: E4B and E2B with the per-layer table on the host and on the
+#   device, side by side; G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
@@ -22,6 +23,8 @@ fi
 if [[ " $STEPS " == *" goldens "* ]]; then
   echo "== verify-golden --device cuda (f32, token-exact; graph decode, auto on CUDA)"
   $G4 verify-golden --device cuda | tee "$OUT/goldens-f32.txt"
+  echo "== verify-golden --device cuda --ple device (f32, token-exact; per-layer tables on the GPU)"
+  $G4 verify-golden --device cuda --ple device | tee "$OUT/goldens-f32-ple-device.txt"
   echo "== verify-golden --device cuda --decode eager (f32, token-exact)"
   $G4 verify-golden --device cuda --decode eager | tee "$OUT/goldens-f32-eager.txt"
   echo "== verify-golden --device cuda --dtype bf16 (top-1 agreement)"
@@ -38,6 +41,27 @@ if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
   timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"
+fi
+if [[ " $STEPS " == *" ple "* ]]; then
+  for preset in e4b e2b; do
+    CKPT=/tmp/g4-$preset
+    rm -rf /tmp/g4-e4b /tmp/g4-26b-a4b  # the disk holds one full-size checkpoint at a time
+    [ -f "$CKPT/config.json" ] || python3 scripts/e4b_reference.py build "$CKPT" --preset "$preset" 2>&1 | grep -v -i warn
+    for ple in device host; do
+      echo "== g4 bench $preset bf16 --ple $ple"
+      $G4 bench --model "$CKPT" --device cuda --dtype bf16 --ple $ple --tests pp512,tg128 --decode graph -r 3 --json > "$OUT/bench-ple-$preset-$ple.json"
+    done
+    rm -rf "$CKPT"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+print("| model | ple | after load MiB | before load MiB | pp512 tok/s | tg128 tok/s |")
+print("|---|---|---:|---:|---:|---:|")
+for path in sorted(glob.glob(sys.argv[1] + "/bench-ple-*.json")):
+    d = json.load(open(path)); m = d["memory_mib"]
+    rate = {r["measurement"]["test"]: "%.1f ± %.1f" % (r["measurement"]["tokens_per_s_mean"], r["measurement"]["tokens_per_s_stddev"]) for r in d["results"]}
+    print(f"| {path.split('bench-ple-')[1][:-5]} | {d['ple']} | {m['after_load']:.0f} | {m['before_load']:.0f} | {rate.get('pp512')} | {rate.get('tg128')} |")
+PY
 fi
 if [[ " $STEPS " == *" moe "* || " $STEPS " == *" moe-reference "* || " $STEPS " == *" moe-parity "* ]]; then
   MOE=/tmp/g4-26b-a4b

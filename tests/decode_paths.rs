@@ -4,6 +4,7 @@
 //! goldens prove token-exact; here both see the same tokens and must give the same logits.
 
 use candle_core::{DType, Device, Tensor};
+use g4::model::ple::PlePlacement;
 use g4::model::session::{DecodePath, Session};
 use g4::model::source::ModelSource;
 use g4::model::Gemma4;
@@ -14,7 +15,7 @@ const MAX_LOGIT_DIFFERENCE: f32 = 1e-3;
 fn embedded_model() -> Gemma4 {
     let source = ModelSource::Embedded;
     let checkpoint = source.checkpoint(&Device::Cpu, DType::F32).unwrap();
-    Gemma4::from_checkpoint(source.config().unwrap(), &checkpoint).unwrap()
+    Gemma4::from_checkpoint(source.config().unwrap(), &checkpoint, PlePlacement::Device).unwrap()
 }
 
 fn max_difference(a: &Tensor, b: &Tensor) -> f32 {

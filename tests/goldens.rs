@@ -1,8 +1,10 @@
-//! Every committed golden, token-exact on CPU in f32 (whole-prompt and chunked prefill), and the
-//! same goldens in bf16 with their top-1 agreement reported.
+//! Every committed golden, token-exact on CPU in f32 (whole-prompt and chunked prefill, the
+//! per-layer table on the device and in host memory), and the same goldens in bf16 with their
+//! top-1 agreement reported.
 
 use candle_core::{DType, Device};
 use g4::golden::{self, GoldenFile};
+use g4::model::ple::PlePlacement;
 use g4::model::session::DecodePath;
 use g4::model::Gemma4;
 use std::path::{Path, PathBuf};
@@ -18,19 +20,30 @@ fn committed_goldens() -> Vec<PathBuf> {
     files
 }
 
-fn load(path: &Path, dtype: DType) -> (GoldenFile, Gemma4) {
+fn load(path: &Path, dtype: DType, ple: PlePlacement) -> (GoldenFile, Gemma4) {
     let golden = GoldenFile::load(path).unwrap();
-    let model = Gemma4::load(&golden.model_dir(path), &Device::Cpu, dtype)
+    let model = Gemma4::load(&golden.model_dir(path), &Device::Cpu, dtype, ple)
         .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     (golden, model)
 }
 
 /// Graph decode steps (device-held positions, whole-buffer masks, MoE routing on the device)
-/// are checked on every golden; on CPU they run uncaptured, which proves their arithmetic.
+/// are checked on every golden; on CPU they run uncaptured, which proves their arithmetic. A
+/// per-layer table in host memory goes through the same gathers and copies as on a GPU.
 #[test]
 fn every_golden_is_token_exact_in_f32() {
-    for path in committed_goldens() {
-        let (golden, model) = load(&path, DType::F32);
+    let mut host_tables = 0;
+    for (path, ple) in committed_goldens()
+        .into_iter()
+        .flat_map(|p| [(p.clone(), PlePlacement::Device), (p, PlePlacement::Host)])
+    {
+        let (golden, model) = load(&path, DType::F32, ple);
+        match model.ple_placement() {
+            None if ple == PlePlacement::Host => continue,
+            Some(placed) => assert_eq!(placed, ple, "{}", path.display()),
+            None => {}
+        }
+        host_tables += usize::from(ple == PlePlacement::Host);
         let paths = [DecodePath::Eager, DecodePath::Graph];
         for case in &golden.cases {
             for (chunk, &decode) in [None, Some(3), Some(8)]
@@ -40,7 +53,7 @@ fn every_golden_is_token_exact_in_f32() {
                 let result = golden::run_case(&model, case, chunk, decode).unwrap();
                 assert!(
                     result.token_exact(),
-                    "{} / {} (prefill chunk {chunk:?}, {decode:?} decode): {}/{} then {:?}",
+                    "{} / {} (prefill chunk {chunk:?}, {decode:?} decode, PLE {ple:?}): {}/{} then {:?}",
                     path.display(),
                     case.name,
                     result.matched,
@@ -50,6 +63,10 @@ fn every_golden_is_token_exact_in_f32() {
             }
         }
     }
+    assert!(
+        host_tables >= 4,
+        "expected at least four goldens with a per-layer table, found {host_tables}"
+    );
 }
 
 /// Per golden, the lowest bf16 top-1 agreement (teacher-forced, against the f32 reference)
@@ -82,7 +99,7 @@ fn bf16_top1_agreement_is_reported_and_stays_above_each_goldens_floor() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        let (golden, model) = load(&path, DType::BF16);
+        let (golden, model) = load(&path, DType::BF16, PlePlacement::Host);
         let (mut agreed, mut total) = (0, 0);
         for case in &golden.cases {
             let result = golden::run_case(&model, case, None, DecodePath::Eager).unwrap();

@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let (device, dtype, source) = args.target.resolve()?;
+    let (device, dtype, source, ple) = args.target.resolve()?;
     let tests = args
         .tests
         .iter()
@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let config = source.config()?;
     let context = config.max_position_embeddings;
     let checkpoint = source.checkpoint(&device, dtype)?;
-    let model = Gemma4::from_checkpoint(config, &checkpoint).with_context(|| source.name())?;
+    let model = Gemma4::from_checkpoint(config, &checkpoint, ple).with_context(|| source.name())?;
     drop(checkpoint);
     device.synchronize()?;
     let load_s = started.elapsed().as_secs_f64();
@@ -87,6 +87,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "model": source.name(),
             "device": device_name(&device),
             "dtype": dtype_name(dtype),
+            "ple": model.ple_placement().map(|p| p.name()),
             "load_s": load_s,
             "memory_mib": {
                 "before_load": mib(memory_before), "after_load": mib(memory_weights), "after_tests": mib(memory_peak),
@@ -117,6 +118,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         let show = |b: Option<u64>| mib(b).map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
         println!();
+        if let Some(ple) = model.ple_placement() {
+            println!("per-layer embedding table on the {}", ple.name());
+        }
         println!(
             "load {load_s:.2}s; {} in use: before load {}, after load {}, after tests {}",
             g4::device::memory_measure(&device),

@@ -95,7 +95,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let (device, dtype, source) = args.target.resolve()?;
+    let (device, dtype, source, ple) = args.target.resolve()?;
     let prompt = read_prompt(&args.prompt)?;
     let chat = chat_request(&args, &prompt)?;
 
@@ -107,7 +107,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut checkpoint = source.checkpoint(&device, dtype)?;
     let bar = load_bar(checkpoint.total_bytes(), args.json);
     checkpoint.set_progress(bar.clone());
-    let model = Gemma4::from_checkpoint(config, &checkpoint).with_context(|| source.name())?;
+    let model = Gemma4::from_checkpoint(config, &checkpoint, ple).with_context(|| source.name())?;
     bar.finish_and_clear();
     let load_time = load_started.elapsed();
 
@@ -199,6 +199,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "model": source.name(),
             "device": device_name(&device),
             "dtype": dtype_name(dtype),
+            "ple": model.ple_placement().map(|p| p.name()),
             "text": result.text,
             "reasoning": result.reasoning,
             "prompt_tokens": request.prompt_ids.len(),
@@ -235,10 +236,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         writeln!(stdout)?;
         stdout.flush()?;
         eprintln!(
-            "[{} on {} {}] prompt {} tok, generated {generated} tok (stop: {}); load {:.2}s, first token {:.3}s, prefill {prefill_rate:.1} tok/s, decode {decode_rate:.1} tok/s, peak memory {}",
+            "[{} on {} {}{}] prompt {} tok, generated {generated} tok (stop: {}); load {:.2}s, first token {:.3}s, prefill {prefill_rate:.1} tok/s, decode {decode_rate:.1} tok/s, peak memory {}",
             source.name(),
             device_name(&device),
             dtype_name(dtype),
+            model
+                .ple_placement()
+                .map_or(String::new(), |p| format!(", PLE table on the {}", p.name())),
             request.prompt_ids.len(),
             result.stop_reason.name(),
             load_time.as_secs_f64(),

@@ -5,6 +5,8 @@ pub mod generate;
 pub mod probe_ops;
 pub mod verify_golden;
 
+use g4::model::ple::{PleChoice, PlePlacement};
+
 /// Which model to run, where, and in which dtype: shared by `generate` and `bench`.
 #[derive(clap::Args)]
 pub struct ModelArgs {
@@ -18,7 +20,12 @@ pub struct ModelArgs {
     /// Compute dtype: f32, bf16, f16 (default: f32 on CPU, bf16 on GPUs).
     #[arg(long)]
     pub dtype: Option<String>,
+    #[arg(long, default_value = "auto", help = PLE_HELP)]
+    pub ple: PleChoice,
 }
+
+/// `--ple`: where E2B/E4B's per-layer embedding table lives.
+pub const PLE_HELP: &str = "Per-layer embedding table (E2B/E4B): auto (host memory on GPUs, device on CPU), host, or device";
 
 /// `--decode`: auto (graph steps on CUDA, eager elsewhere), eager (every
 /// step launched from the host), or graph (one device-resident step, captured as a CUDA graph and
@@ -34,6 +41,7 @@ impl ModelArgs {
         candle_core::Device,
         candle_core::DType,
         g4::model::source::ModelSource,
+        PlePlacement,
     )> {
         let device = g4::device::open_device(&self.device)?;
         let dtype = match &self.dtype {
@@ -45,7 +53,8 @@ impl ModelArgs {
             Some(dir) => g4::model::source::ModelSource::Dir(dir.clone()),
             None => g4::model::source::ModelSource::Embedded,
         };
-        Ok((device, dtype, source))
+        let ple = self.ple.resolve(&device);
+        Ok((device, dtype, source, ple))
     }
 }
 

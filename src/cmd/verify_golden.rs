@@ -5,6 +5,7 @@
 use anyhow::Result;
 use g4::device::{dtype_name, open_device, parse_dtype};
 use g4::golden::{self, CaseResult, GoldenFile};
+use g4::model::ple::PleChoice;
 use g4::model::session::DecodeChoice;
 use g4::model::Gemma4;
 use serde_json::json;
@@ -23,6 +24,8 @@ pub struct Args {
     dtype: Option<String>,
     #[arg(long, default_value = "auto", help = super::DECODE_HELP)]
     decode: DecodeChoice,
+    #[arg(long, default_value = "auto", help = super::PLE_HELP)]
+    ple: PleChoice,
     /// Prefill prompts in chunks of this many tokens (checks attention after a non-empty cache).
     #[arg(long)]
     prefill_chunk: Option<usize>,
@@ -42,6 +45,8 @@ enum Outcome {
     Ran {
         dtype: String,
         decode: String,
+        /// Where the per-layer table was, for models with one.
+        ple: Option<&'static str>,
         cases: Vec<CaseResult>,
     },
     Skipped(String),
@@ -77,9 +82,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Outcome::Ran {
                 dtype,
                 decode,
+                ple,
                 cases,
             } => {
-                let setting = format!("{dtype}, {decode} decode");
+                let mut setting = format!("{dtype}, {decode} decode");
+                if let Some(ple) = ple {
+                    setting += &format!(", PLE table on the {ple}");
+                }
                 for case in cases {
                     let ok = case_passes(case, args.min_agreement);
                     if ok {
@@ -168,7 +177,7 @@ fn verify_file(
         .unwrap_or_else(|| golden.reference.dtype.clone());
     let result = (|| -> Result<Outcome> {
         let dtype = parse_dtype(&dtype_spec)?;
-        let model = Gemma4::load(&model_dir, device, dtype)?;
+        let model = Gemma4::load(&model_dir, device, dtype, args.ple.resolve(device))?;
         golden.check_vocab(path, model.config().vocab_size)?;
         let decode = args.decode.resolve(&model)?;
         let cases = golden
@@ -179,6 +188,7 @@ fn verify_file(
         Ok(Outcome::Ran {
             dtype: dtype_name(dtype).to_string(),
             decode: decode.name(device).to_string(),
+            ple: model.ple_placement().map(|p| p.name()),
             cases,
         })
     })();
@@ -248,12 +258,14 @@ fn file_json(path: &Path, outcome: &Outcome, min_agreement: Option<f64>) -> serd
         Outcome::Ran {
             dtype,
             decode,
+            ple,
             cases,
         } => json!({
             "file": path.display().to_string(),
             "status": "ran",
             "dtype": dtype,
             "decode": decode,
+            "ple": ple,
             "cases": cases.iter().map(|c| json!({
                 "name": c.name,
                 "status": if case_passes(c, min_agreement) { "pass" } else { "fail" },

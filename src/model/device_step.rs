@@ -1,7 +1,8 @@
 //! The inputs of a device-resident decode step. Everything that changes from one token to the
 //! next (the token, its position, its ring slot) lives in one small device buffer that the host
 //! overwrites before each step; everything derived from it (RoPE rows, masks, cache slots) is
-//! computed on the device inside the step. So the step issues the same launches with the same
+//! computed on the device inside the step. A per-layer embedding table kept in host memory
+//! adds one more input: the token's row, copied into a buffer of the step. So the step issues the same launches with the same
 //! arguments every time, which is what lets CUDA capture it once and replay it (see
 //! `session.rs`), and on other devices it is the same computation run directly.
 
@@ -31,6 +32,8 @@ pub struct DeviceStep {
     /// Per layer kind, indexed by `LayerKind as usize`.
     kinds: [KindBuffers; 2],
     masks: [MaskParts; 2],
+    /// `[1, L·Dp]`: the token's per-layer row, when the table is in host memory.
+    ple_row: Option<Tensor>,
 }
 
 /// What one kind's mask is selected from: key slot numbers `0..keys` (u32), and the values of
@@ -67,6 +70,7 @@ impl DeviceStep {
         sliding: KindBuffers,
         full: KindBuffers,
         window: usize,
+        ple_row: Option<(DType, usize)>,
         device: &Device,
     ) -> Result<DeviceStep> {
         Ok(DeviceStep {
@@ -77,6 +81,9 @@ impl DeviceStep {
                 MaskParts::new(full.keys, device)?,
             ],
             kinds: [sliding, full],
+            ple_row: ple_row
+                .map(|(dtype, len)| Tensor::zeros((1, len), dtype, device))
+                .transpose()?,
         })
     }
 
@@ -106,6 +113,11 @@ impl DeviceStep {
 
     pub fn ple_token(&self) -> candle_core::Result<Tensor> {
         self.input(PLE_TOKEN)
+    }
+
+    /// The buffer the host writes the token's per-layer row into (host tables only).
+    pub fn ple_row(&self) -> Option<&Tensor> {
+        self.ple_row.as_ref()
     }
 
     /// RoPE rows, mask and write slot of `kind` for this step, computed on the device.

@@ -4,6 +4,7 @@
 use super::config::{Config, KvSource, LayerKind, LayerSpec};
 use super::device_step::{DeviceStep, KindInputs};
 use super::kv_cache::{attention_mask, AttendKv, KvCache};
+use super::ple::{PerLayerEmbeddings, PlePlacement, TokenRows};
 use super::weights::Checkpoint;
 use crate::kernels::{
     attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res,
@@ -81,15 +82,6 @@ impl RopeTable {
     }
 }
 
-struct PerLayerEmbeddings {
-    width: usize,
-    vocab_size: usize,
-    table: Tensor,
-    table_scale: f64,
-    model_projection: Tensor,
-    projection_norm: Tensor,
-}
-
 struct DecoderLayer {
     spec: LayerSpec,
     input_norm: Tensor,
@@ -152,35 +144,20 @@ fn round_to(dtype: DType, value: f64) -> f64 {
 
 impl Gemma4 {
     /// Loads the model from a Hugging Face checkpoint directory.
-    pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Gemma4> {
+    pub fn load(dir: &Path, device: &Device, dtype: DType, ple: PlePlacement) -> Result<Gemma4> {
         let config = Config::from_file(&dir.join("config.json"))?;
         let checkpoint = Checkpoint::open(dir, device, dtype)?;
-        Gemma4::from_checkpoint(config, &checkpoint)
+        Gemma4::from_checkpoint(config, &checkpoint, ple)
     }
 
-    /// Builds the model from an opened checkpoint.
-    pub fn from_checkpoint(config: Config, ckpt: &Checkpoint) -> Result<Gemma4> {
+    /// Builds the model from an opened checkpoint, its per-layer table placed as `ple` says.
+    pub fn from_checkpoint(config: Config, ckpt: &Checkpoint, ple: PlePlacement) -> Result<Gemma4> {
         let h = config.hidden_size;
         let v = config.vocab_size;
         let dtype = ckpt.dtype();
         let embed_tokens = ckpt.tensor("embed_tokens.weight", &[v, h])?;
-        let ple = match &config.ple {
-            Some(spec) => {
-                let total = config.num_layers() * spec.width;
-                Some(PerLayerEmbeddings {
-                    width: spec.width,
-                    vocab_size: spec.vocab_size,
-                    table: ckpt
-                        .tensor("embed_tokens_per_layer.weight", &[spec.vocab_size, total])?,
-                    table_scale: round_to(dtype, (spec.width as f64).sqrt()),
-                    model_projection: ckpt
-                        .tensor("per_layer_model_projection.weight", &[total, h])?,
-                    projection_norm: ckpt
-                        .tensor("per_layer_projection_norm.weight", &[spec.width])?,
-                })
-            }
-            None => None,
-        };
+        let ple_scale = config.ple.as_ref().map_or(1.0, |s| (s.width as f64).sqrt());
+        let ple = PerLayerEmbeddings::load(&config, ckpt, ple, round_to(dtype, ple_scale))?;
         let mut layers = Vec::with_capacity(config.num_layers());
         for (i, spec) in config.layers.iter().enumerate() {
             layers.push(
@@ -243,11 +220,19 @@ impl Gemma4 {
             );
         }
         let ids_t = Tensor::new(ids, &self.device)?;
-        let ple_ids = if ids.iter().all(|&id| self.ple_id(id) == id) {
+        let ple_ids: Vec<u32> = ids.iter().map(|&id| self.ple_id(id)).collect();
+        let gathered = match &self.ple {
+            Some(ple) => ple.gather_host(&ple_ids)?,
+            None => None,
+        };
+        let ple_ids_t = if ple_ids == ids {
             ids_t.clone()
         } else {
-            let remapped: Vec<u32> = ids.iter().map(|&id| self.ple_id(id)).collect();
-            Tensor::new(remapped.as_slice(), &self.device)?
+            Tensor::new(ple_ids.as_slice(), &self.device)?
+        };
+        let ple_rows = match &gathered {
+            Some(rows) => TokenRows::Gathered(rows),
+            None => TokenRows::Ids(&ple_ids_t),
         };
         let rope = [
             self.rope_sliding.rows(start, seq)?,
@@ -259,7 +244,7 @@ impl Gemma4 {
             cache,
             masks: [None, None],
         };
-        let hidden = self.decoder_stack(&ids_t, &ple_ids, positions)?;
+        let hidden = self.decoder_stack(&ids_t, ple_rows, positions)?;
         cache.advance(seq);
         self.head(&hidden.narrow(1, seq - 1, 1)?)
     }
@@ -272,9 +257,14 @@ impl Gemma4 {
             step.kind_inputs(LayerKind::Sliding)?,
             step.kind_inputs(LayerKind::Full)?,
         ];
+        let ple_token = step.ple_token()?;
+        let ple_rows = match step.ple_row() {
+            Some(row) => TokenRows::Gathered(row),
+            None => TokenRows::Ids(&ple_token),
+        };
         let hidden = self.decoder_stack(
             &step.token()?,
-            &step.ple_token()?,
+            ple_rows,
             Positions::Device {
                 kinds,
                 cache,
@@ -292,8 +282,29 @@ impl Gemma4 {
     /// (multimodal placeholders) read the pad row.
     pub fn ple_id(&self, id: u32) -> u32 {
         match &self.ple {
-            Some(ple) if id as usize >= ple.vocab_size => self.config.pad_token_id,
+            Some(ple) if id as usize >= ple.vocab_size() => self.config.pad_token_id,
             _ => id,
+        }
+    }
+
+    /// Where the per-layer table is, for a model that has one.
+    pub fn ple_placement(&self) -> Option<PlePlacement> {
+        self.ple.as_ref().map(PerLayerEmbeddings::placement)
+    }
+
+    /// Dtype and length of the per-layer row a decode step must be given before it runs,
+    /// when the table is in host memory.
+    pub fn ple_step_row(&self) -> Option<(DType, usize)> {
+        self.ple
+            .as_ref()
+            .and_then(PerLayerEmbeddings::host_row_layout)
+    }
+
+    /// Writes token `id`'s per-layer row into a decode step (host tables only).
+    pub fn stage_ple_row(&self, id: u32, step: &DeviceStep) -> Result<()> {
+        match (&self.ple, step.ple_row()) {
+            (Some(ple), Some(buffer)) => ple.stage_row(self.ple_id(id), buffer),
+            _ => Ok(()),
         }
     }
 
@@ -310,7 +321,7 @@ impl Gemma4 {
     fn decoder_stack(
         &self,
         ids: &Tensor,
-        ple_ids: &Tensor,
+        ple_rows: TokenRows,
         mut positions: Positions,
     ) -> Result<Tensor> {
         let x = (self.embed_tokens.index_select(ids, 0)? * self.embed_scale)?.unsqueeze(0)?;
@@ -318,7 +329,7 @@ impl Gemma4 {
         let ple = self
             .ple
             .as_ref()
-            .map(|ple| ple.inputs(ple_ids, &x, &self.config))
+            .map(|ple| ple.inputs(ple_rows, &x, &self.config))
             .transpose()?;
         // K/V published by each producer layer for its consumers, in this same call.
         let mut published: Vec<Option<(Tensor, Tensor)>> = vec![None; self.layers.len()];
@@ -476,22 +487,6 @@ fn rope_table(
         config.max_position_embeddings,
         device,
     )
-}
-
-impl PerLayerEmbeddings {
-    /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2). `ple_ids`
-    /// are the token ids already mapped by `Gemma4::ple_id`.
-    fn inputs(&self, ple_ids: &Tensor, x0: &Tensor, config: &Config) -> Result<Tensor> {
-        let layers = config.num_layers();
-        let seq = ple_ids.dim(0)?;
-        let token_part = (self.table.index_select(ple_ids, 0)? * self.table_scale)?
-            .reshape((1, seq, layers, self.width))?;
-        let context = (linear(x0, &self.model_projection)?
-            * (config.hidden_size as f64).powf(-0.5))?
-        .reshape((1, seq, layers, self.width))?;
-        let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
-        Ok(((context + token_part)? * 2f64.powf(-0.5))?)
-    }
 }
 
 impl DecoderLayer {

@@ -7,6 +7,7 @@ pub mod device_step;
 pub mod gemma4;
 pub mod generation;
 pub mod kv_cache;
+pub mod ple;
 pub mod sampling;
 pub mod session;
 pub mod source;

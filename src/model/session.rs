@@ -146,6 +146,7 @@ impl<'m> Session<'m> {
         }
         let graph = self.graph.as_mut().expect("reserved above");
         graph.step.set(token, model.ple_id(token), position)?;
+        model.stage_ple_row(token, &graph.step)?;
         let run = || -> Result<()> {
             let logits = model.forward_device(&graph.step, &self.cache)?;
             graph.logits.slice_set(&logits, 0, 0)?;
@@ -186,7 +187,7 @@ impl<'m> Session<'m> {
             rope_sin: full_sin,
         };
         Ok(GraphStep {
-            step: DeviceStep::new(sliding, full, window, device)?,
+            step: DeviceStep::new(sliding, full, window, model.ple_step_row(), device)?,
             logits: Tensor::zeros(model.config().vocab_size, DType::F32, device)?,
             captured: None,
         })

@@ -353,3 +353,49 @@ pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tenso
 fn pointer_array(address: u64) -> *const *const std::ffi::c_void {
     address as *const *const std::ffi::c_void
 }
+
+/// Host→device copies go through pinned buffers: from pinned memory a copy is asynchronous
+/// (the host returns at once), and two buffers let the host fill one while the GPU reads the
+/// other. Larger copies go through in chunks of this size.
+const STAGING_BYTES: usize = 8 << 20;
+
+struct Staging {
+    buffers: [Option<candle_core::cuda::cudarc::driver::PinnedHostSlice<u8>>; 2],
+    next: usize,
+}
+
+/// Copies `bytes` into the contiguous CUDA tensor `dst` (sizes checked by the caller).
+pub fn upload(dst: &Tensor, bytes: &[u8]) -> Result<()> {
+    use candle_core::cuda::cudarc::driver::{result::memcpy_htod_async, HostSlice};
+    type PerDevice = HashMap<candle_core::cuda::DeviceId, Staging>;
+    static STAGING: OnceLock<Mutex<PerDevice>> = OnceLock::new();
+    let dev = cuda_device(dst.device())?;
+    let stream = dev.cuda_stream();
+    let base = address(dst, false, &stream)?;
+    let mut all = STAGING
+        .get_or_init(Default::default)
+        .lock()
+        .expect("staging lock");
+    let staging = all.entry(dev.id()).or_insert(Staging {
+        buffers: [None, None],
+        next: 0,
+    });
+    for (i, chunk) in bytes.chunks(STAGING_BYTES).enumerate() {
+        let slot = &mut staging.buffers[staging.next];
+        staging.next = 1 - staging.next;
+        let buffer = match slot {
+            Some(buffer) => buffer,
+            // SAFETY: the buffer is written below before any copy reads it.
+            None => slot.insert(unsafe { stream.context().alloc_pinned::<u8>(STAGING_BYTES) }.w()?),
+        };
+        // Waits for the copy that last read this buffer.
+        buffer.as_mut_slice().w()?[..chunk.len()].copy_from_slice(chunk);
+        // SAFETY: the slice is used on `stream` only; dropping `_read` records the buffer's
+        // event after the copy, which the next write above waits for.
+        let (src, _read) = unsafe { buffer.stream_synced_slice(&stream) };
+        let dst_ptr = base + (i * STAGING_BYTES) as u64;
+        // SAFETY: `dst_ptr` addresses `chunk.len()` bytes inside `dst`, which the caller sized.
+        unsafe { memcpy_htod_async(dst_ptr, &src[..chunk.len()], stream.cu_stream()) }.w()?;
+    }
+    Ok(())
+}

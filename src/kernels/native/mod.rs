@@ -340,6 +340,47 @@ pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<T
     }
 }
 
+/// Copies `bytes` (the host image of `dst`'s elements) into the contiguous tensor `dst`. On
+/// CUDA the copy goes through pinned staging buffers and returns before the GPU has read them.
+pub fn upload(dst: &Tensor, bytes: &[u8]) -> Result<()> {
+    let expected = dst.elem_count() * dst.dtype().size_in_bytes();
+    if bytes.len() != expected || !dst.is_contiguous() {
+        candle_core::bail!(
+            "upload: {} bytes into a {:?} {:?} tensor of {expected} bytes",
+            bytes.len(),
+            dst.dtype(),
+            dst.dims()
+        );
+    }
+    match dst.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::upload(dst, bytes),
+        device => {
+            let src = Tensor::from_raw_buffer(bytes, dst.dtype(), dst.dims(), device)?;
+            dst.slice_set(&src, 0, 0)
+        }
+    }
+}
+
+/// A new tensor holding `bytes` (its elements' host image), copied as [`upload`] does.
+pub fn upload_new(
+    bytes: &[u8],
+    dtype: DType,
+    shape: impl Into<Shape>,
+    device: &Device,
+) -> Result<Tensor> {
+    let shape = shape.into();
+    match device {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => {
+            let dst = cuda::empty(&shape, dtype, device)?;
+            upload(&dst, bytes)?;
+            Ok(dst)
+        }
+        _ => Tensor::from_raw_buffer(bytes, dtype, shape.dims(), device),
+    }
+}
+
 /// Whether steps can be recorded into a graph on `device`.
 pub fn can_capture(device: &Device) -> bool {
     cfg!(feature = "cuda") && device.is_cuda()

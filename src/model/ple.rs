@@ -1,0 +1,179 @@
+//! Per-layer embeddings (GEMMA4_TEXT.md §2.2) and where their table lives.
+//!
+//! The table (`[vocab, L·Dp]`; 2.8 B parameters in E4B, 5.6 GB in bf16) is read one row per
+//! token. On a GPU it can stay in host memory, memory-mapped from the checkpoint: each forward
+//! gathers its tokens' rows on the host and copies them to the device (through pinned staging,
+//! see `native::upload`), so the GPU holds only the rows in flight. A decode step's row is an
+//! input of the step, written before it runs like its token and position are.
+
+use super::config::Config;
+use super::weights::{Checkpoint, HostRows};
+use crate::kernels::{linear::linear, native, rms_norm::rms_norm};
+use anyhow::{bail, Result};
+use candle_core::{DType, Device, Tensor};
+
+/// Where the table is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlePlacement {
+    Host,
+    Device,
+}
+
+/// What the user asked for with `--ple`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PleChoice {
+    /// Host memory on GPUs (it saves their memory), the device's on the CPU (the same memory).
+    Auto,
+    Host,
+    Device,
+}
+
+impl std::str::FromStr for PleChoice {
+    type Err = anyhow::Error;
+    fn from_str(spec: &str) -> Result<PleChoice> {
+        match spec {
+            "auto" => Ok(PleChoice::Auto),
+            "host" => Ok(PleChoice::Host),
+            "device" => Ok(PleChoice::Device),
+            _ => bail!("--ple {spec}: expected auto, host or device"),
+        }
+    }
+}
+
+impl PleChoice {
+    pub fn resolve(self, device: &Device) -> PlePlacement {
+        match self {
+            PleChoice::Host => PlePlacement::Host,
+            PleChoice::Device => PlePlacement::Device,
+            PleChoice::Auto if device.is_cpu() => PlePlacement::Device,
+            PleChoice::Auto => PlePlacement::Host,
+        }
+    }
+}
+
+impl PlePlacement {
+    pub fn name(self) -> &'static str {
+        match self {
+            PlePlacement::Host => "host",
+            PlePlacement::Device => "device",
+        }
+    }
+}
+
+enum Table {
+    Device(Tensor),
+    Host(HostRows),
+}
+
+pub struct PerLayerEmbeddings {
+    width: usize,
+    vocab_size: usize,
+    table: Table,
+    table_scale: f64,
+    model_projection: Tensor,
+    projection_norm: Tensor,
+    device: Device,
+    dtype: DType,
+}
+
+/// The token part's table rows for the tokens of one forward: ids to gather on the device, or
+/// rows already gathered on the host and copied over.
+pub enum TokenRows<'a> {
+    Ids(&'a Tensor),
+    Gathered(&'a Tensor),
+}
+
+impl PerLayerEmbeddings {
+    pub fn load(
+        config: &Config,
+        ckpt: &Checkpoint,
+        placement: PlePlacement,
+        table_scale: f64,
+    ) -> Result<Option<PerLayerEmbeddings>> {
+        let Some(spec) = &config.ple else {
+            return Ok(None);
+        };
+        let total = config.num_layers() * spec.width;
+        let h = config.hidden_size;
+        let name = "embed_tokens_per_layer.weight";
+        let table = match placement {
+            PlePlacement::Device => Table::Device(ckpt.tensor(name, &[spec.vocab_size, total])?),
+            PlePlacement::Host => Table::Host(ckpt.host_rows(name, [spec.vocab_size, total])?),
+        };
+        Ok(Some(PerLayerEmbeddings {
+            width: spec.width,
+            vocab_size: spec.vocab_size,
+            table,
+            table_scale,
+            model_projection: ckpt.tensor("per_layer_model_projection.weight", &[total, h])?,
+            projection_norm: ckpt.tensor("per_layer_projection_norm.weight", &[spec.width])?,
+            device: ckpt.device().clone(),
+            dtype: ckpt.dtype(),
+        }))
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    pub fn placement(&self) -> PlePlacement {
+        match self.table {
+            Table::Device(_) => PlePlacement::Device,
+            Table::Host(_) => PlePlacement::Host,
+        }
+    }
+
+    /// Dtype and length of one host-gathered row (what a decode step's row buffer holds), for a
+    /// table in host memory.
+    pub fn host_row_layout(&self) -> Option<(DType, usize)> {
+        match &self.table {
+            Table::Host(rows) => Some((rows.dtype(), rows.cols())),
+            Table::Device(_) => None,
+        }
+    }
+
+    /// Rows `ple_ids` (already mapped by `Gemma4::ple_id`) of a host table, on the device
+    /// `[S, L·Dp]` in the stored dtype.
+    pub fn gather_host(&self, ple_ids: &[u32]) -> Result<Option<Tensor>> {
+        let Table::Host(rows) = &self.table else {
+            return Ok(None);
+        };
+        let mut bytes = Vec::new();
+        rows.gather(ple_ids, &mut bytes)?;
+        let shape = (ple_ids.len(), rows.cols());
+        Ok(Some(native::upload_new(
+            &bytes,
+            rows.dtype(),
+            shape,
+            &self.device,
+        )?))
+    }
+
+    /// Writes the row of `ple_id` of a host table into `buffer` (`[1, L·Dp]`, stored dtype).
+    pub fn stage_row(&self, ple_id: u32, buffer: &Tensor) -> Result<()> {
+        let Table::Host(rows) = &self.table else {
+            bail!("internal: the per-layer table is on the device; it has no rows to stage");
+        };
+        let mut bytes = Vec::with_capacity(rows.row_bytes());
+        rows.gather(&[ple_id], &mut bytes)?;
+        native::upload(buffer, &bytes)?;
+        Ok(())
+    }
+
+    /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2).
+    pub fn inputs(&self, rows: TokenRows, x0: &Tensor, config: &Config) -> Result<Tensor> {
+        let layers = config.num_layers();
+        let seq = x0.dim(1)?;
+        let rows = match (rows, &self.table) {
+            (TokenRows::Ids(ids), Table::Device(table)) => table.index_select(ids, 0)?,
+            (TokenRows::Gathered(rows), Table::Host(_)) => rows.to_dtype(self.dtype)?,
+            _ => bail!("internal: per-layer rows do not match where the table is"),
+        };
+        let token_part = (rows * self.table_scale)?.reshape((1, seq, layers, self.width))?;
+        let context = (linear(x0, &self.model_projection)?
+            * (config.hidden_size as f64).powf(-0.5))?
+        .reshape((1, seq, layers, self.width))?;
+        let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
+        Ok(((context + token_part)? * 2f64.powf(-0.5))?)
+    }
+}
