@@ -55,12 +55,13 @@ if [[ " $STEPS " == *" ple "* ]]; then
   done
   python3 - "$OUT" <<'PY'
 import glob, json, sys
-print("| model | ple | after load MiB | before load MiB | pp512 tok/s | tg128 tok/s |")
-print("|---|---|---:|---:|---:|---:|")
+print("| model | ple | GPU after load MiB | before load MiB | weights on GPU MiB | table in host MiB | pp512 tok/s | tg128 tok/s |")
+print("|---|---|---:|---:|---:|---:|---:|---:|")
 for path in sorted(glob.glob(sys.argv[1] + "/bench-ple-*.json")):
     d = json.load(open(path)); m = d["memory_mib"]
     rate = {r["measurement"]["test"]: "%.1f ± %.1f" % (r["measurement"]["tokens_per_s_mean"], r["measurement"]["tokens_per_s_stddev"]) for r in d["results"]}
-    print(f"| {path.split('bench-ple-')[1][:-5]} | {d['ple']} | {m['after_load']:.0f} | {m['before_load']:.0f} | {rate.get('pp512')} | {rate.get('tg128')} |")
+    w = d["weights_mib"]
+    print(f"| {path.split('bench-ple-')[1][:-5]} | {d['ple']} | {m['after_load']:.0f} | {m['before_load']:.0f} | {w['device']:.0f} | {w['host']:.0f} | {rate.get('pp512')} | {rate.get('tg128')} |")
 PY
 fi
 if [[ " $STEPS " == *" moe "* || " $STEPS " == *" moe-reference "* || " $STEPS " == *" moe-parity "* ]]; then

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use g4::bench::{measure, Test};
 use g4::device::{device_name, dtype_name};
+use g4::model::ple::PlePlacement;
 use g4::model::session::DecodeChoice;
 use g4::model::Gemma4;
 use serde_json::json;
@@ -89,6 +90,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "dtype": dtype_name(dtype),
             "ple": model.ple_placement().map(|p| p.name()),
             "load_s": load_s,
+            "weights_mib": {
+                "device": model.device_weight_bytes() as f64 / 1048576.0,
+                "host": model.host_weight_bytes() as f64 / 1048576.0,
+            },
             "memory_mib": {
                 "before_load": mib(memory_before), "after_load": mib(memory_weights), "after_tests": mib(memory_peak),
                 "measure": g4::device::memory_measure(&device),
@@ -118,8 +123,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         let show = |b: Option<u64>| mib(b).map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
         println!();
-        if let Some(ple) = model.ple_placement() {
-            println!("per-layer embedding table on the {}", ple.name());
+        print!(
+            "weights: {:.0} MiB on {}",
+            model.device_weight_bytes() as f64 / 1048576.0,
+            device_name(&device)
+        );
+        match model.ple_placement() {
+            Some(PlePlacement::Host) => println!(
+                ", per-layer table {:.0} MiB in host memory",
+                model.host_weight_bytes() as f64 / 1048576.0
+            ),
+            Some(PlePlacement::Device) => println!(", per-layer table included"),
+            None => println!(),
         }
         println!(
             "load {load_s:.2}s; {} in use: before load {}, after load {}, after tests {}",

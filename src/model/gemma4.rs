@@ -198,6 +198,35 @@ impl Gemma4 {
         self.dtype
     }
 
+    /// Bytes of the weights kept in host memory instead (a per-layer table placed there).
+    pub fn host_weight_bytes(&self) -> usize {
+        self.ple
+            .as_ref()
+            .map_or(0, PerLayerEmbeddings::host_table_bytes)
+    }
+
+    /// Bytes of the weights held on the model's device (each tensor once; a tied head is the
+    /// embedding).
+    pub fn device_weight_bytes(&self) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        let mut bytes = 0;
+        let mut count = |t: &Tensor| {
+            if seen.insert(t.id()) {
+                bytes += t.elem_count() * t.dtype().size_in_bytes();
+            }
+        };
+        for t in [&self.embed_tokens, &self.lm_head, &self.final_norm] {
+            count(t);
+        }
+        if let Some(ple) = &self.ple {
+            ple.device_weights().for_each(&mut count);
+        }
+        for layer in &self.layers {
+            layer.weights().for_each(&mut count);
+        }
+        bytes
+    }
+
     /// Runs `ids` (one sequence) after what `cache` holds and returns the f32 logits of the last
     /// position, `[vocab]`.
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
@@ -490,6 +519,44 @@ fn rope_table(
 }
 
 impl DecoderLayer {
+    fn weights(&self) -> impl Iterator<Item = &Tensor> {
+        let norms = [
+            &self.input_norm,
+            &self.post_attention_norm,
+            &self.pre_feedforward_norm,
+            &self.post_feedforward_norm,
+            &self.q_norm,
+        ];
+        let attention = [&self.q_proj, &self.o_proj].into_iter().chain(
+            self.own_kv
+                .iter()
+                .flat_map(|kv| [&kv.k_proj, &kv.k_norm].into_iter().chain(&kv.v_proj)),
+        );
+        let mlp = [&self.mlp.gate_up, &self.mlp.down];
+        let moe = self.moe.iter().flat_map(|m| {
+            [
+                &m.router_proj,
+                &m.router_scale,
+                &m.per_expert_scale,
+                &m.gate_up,
+                &m.down,
+                &m.pre_norm_2,
+                &m.post_norm_1,
+                &m.post_norm_2,
+            ]
+        });
+        let ple = self
+            .ple
+            .iter()
+            .flat_map(|p| [&p.gate, &p.projection, &p.post_norm]);
+        norms
+            .into_iter()
+            .chain(attention)
+            .chain(mlp)
+            .chain(moe)
+            .chain(ple)
+    }
+
     fn load(
         config: &Config,
         spec: &LayerSpec,

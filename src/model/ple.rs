@@ -112,6 +112,25 @@ impl PerLayerEmbeddings {
         }))
     }
 
+    /// The tensors on the model's device (the table only when it is placed there).
+    pub fn device_weights(&self) -> impl Iterator<Item = &Tensor> {
+        let table = match &self.table {
+            Table::Device(table) => Some(table),
+            Table::Host(_) => None,
+        };
+        [&self.model_projection, &self.projection_norm]
+            .into_iter()
+            .chain(table)
+    }
+
+    /// Bytes of the table kept in host memory (0 when it is on the device).
+    pub fn host_table_bytes(&self) -> usize {
+        match &self.table {
+            Table::Host(rows) => rows.total_bytes(),
+            Table::Device(_) => 0,
+        }
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
@@ -138,15 +157,11 @@ impl PerLayerEmbeddings {
         let Table::Host(rows) = &self.table else {
             return Ok(None);
         };
-        let mut bytes = Vec::new();
-        rows.gather(ple_ids, &mut bytes)?;
         let shape = (ple_ids.len(), rows.cols());
-        Ok(Some(native::upload_new(
-            &bytes,
-            rows.dtype(),
-            shape,
-            &self.device,
-        )?))
+        let tensor = native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
+            rows.gather(&ple_ids[range], out)
+        })?;
+        Ok(Some(tensor))
     }
 
     /// Writes the row of `ple_id` of a host table into `buffer` (`[1, L·Dp]`, stored dtype).
@@ -154,9 +169,7 @@ impl PerLayerEmbeddings {
         let Table::Host(rows) = &self.table else {
             bail!("internal: the per-layer table is on the device; it has no rows to stage");
         };
-        let mut bytes = Vec::with_capacity(rows.row_bytes());
-        rows.gather(&[ple_id], &mut bytes)?;
-        native::upload(buffer, &bytes)?;
+        native::upload_rows(buffer, &mut |_, out| rows.gather(&[ple_id], out))?;
         Ok(())
     }
 

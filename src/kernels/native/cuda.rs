@@ -356,7 +356,7 @@ fn pointer_array(address: u64) -> *const *const std::ffi::c_void {
 
 /// Host→device copies go through pinned buffers: from pinned memory a copy is asynchronous
 /// (the host returns at once), and two buffers let the host fill one while the GPU reads the
-/// other. Larger copies go through in chunks of this size.
+/// other. Larger copies go through in chunks of whole rows of about this size.
 const STAGING_BYTES: usize = 8 << 20;
 
 struct Staging {
@@ -364,14 +364,22 @@ struct Staging {
     next: usize,
 }
 
-/// Copies `bytes` into the contiguous CUDA tensor `dst` (sizes checked by the caller).
-pub fn upload(dst: &Tensor, bytes: &[u8]) -> Result<()> {
+/// Fills the contiguous CUDA tensor `dst` (`rows` of `row_bytes`) from the host through the
+/// staging buffers (see `native::upload_rows`).
+pub fn upload_rows(
+    dst: &Tensor,
+    rows: usize,
+    row_bytes: usize,
+    fill: &mut super::RowFill,
+) -> Result<()> {
     use candle_core::cuda::cudarc::driver::{result::memcpy_htod_async, HostSlice};
     type PerDevice = HashMap<candle_core::cuda::DeviceId, Staging>;
     static STAGING: OnceLock<Mutex<PerDevice>> = OnceLock::new();
     let dev = cuda_device(dst.device())?;
     let stream = dev.cuda_stream();
     let base = address(dst, false, &stream)?;
+    let chunk_rows = (STAGING_BYTES / row_bytes.max(1)).max(1);
+    let buffer_bytes = chunk_rows * row_bytes;
     let mut all = STAGING
         .get_or_init(Default::default)
         .lock()
@@ -380,22 +388,24 @@ pub fn upload(dst: &Tensor, bytes: &[u8]) -> Result<()> {
         buffers: [None, None],
         next: 0,
     });
-    for (i, chunk) in bytes.chunks(STAGING_BYTES).enumerate() {
+    for first in (0..rows).step_by(chunk_rows) {
+        let range = first..(first + chunk_rows).min(rows);
+        let len = range.len() * row_bytes;
         let slot = &mut staging.buffers[staging.next];
         staging.next = 1 - staging.next;
-        let buffer = match slot {
-            Some(buffer) => buffer,
-            // SAFETY: the buffer is written below before any copy reads it.
-            None => slot.insert(unsafe { stream.context().alloc_pinned::<u8>(STAGING_BYTES) }.w()?),
-        };
+        if slot.as_ref().is_none_or(|b| b.len() < buffer_bytes) {
+            // SAFETY: the buffer is filled below before any copy reads it.
+            *slot = Some(unsafe { stream.context().alloc_pinned::<u8>(buffer_bytes) }.w()?);
+        }
+        let buffer = slot.as_mut().expect("allocated above");
         // Waits for the copy that last read this buffer.
-        buffer.as_mut_slice().w()?[..chunk.len()].copy_from_slice(chunk);
+        fill(range, &mut buffer.as_mut_slice().w()?[..len])?;
         // SAFETY: the slice is used on `stream` only; dropping `_read` records the buffer's
-        // event after the copy, which the next write above waits for.
+        // event after the copy, which the next fill above waits for.
         let (src, _read) = unsafe { buffer.stream_synced_slice(&stream) };
-        let dst_ptr = base + (i * STAGING_BYTES) as u64;
-        // SAFETY: `dst_ptr` addresses `chunk.len()` bytes inside `dst`, which the caller sized.
-        unsafe { memcpy_htod_async(dst_ptr, &src[..chunk.len()], stream.cu_stream()) }.w()?;
+        let dst_ptr = base + (first * row_bytes) as u64;
+        // SAFETY: `dst_ptr` addresses `len` bytes inside `dst`, which holds `rows` rows.
+        unsafe { memcpy_htod_async(dst_ptr, &src[..len], stream.cu_stream()) }.w()?;
     }
     Ok(())
 }

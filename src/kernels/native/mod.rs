@@ -340,45 +340,46 @@ pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<T
     }
 }
 
-/// Copies `bytes` (the host image of `dst`'s elements) into the contiguous tensor `dst`. On
-/// CUDA the copy goes through pinned staging buffers and returns before the GPU has read them.
-pub fn upload(dst: &Tensor, bytes: &[u8]) -> Result<()> {
-    let expected = dst.elem_count() * dst.dtype().size_in_bytes();
-    if bytes.len() != expected || !dst.is_contiguous() {
-        candle_core::bail!(
-            "upload: {} bytes into a {:?} {:?} tensor of {expected} bytes",
-            bytes.len(),
-            dst.dtype(),
-            dst.dims()
-        );
+/// Fills the contiguous tensor `dst` (`[rows, …]`) from the host: `fill(rows, bytes)` writes
+/// the host image of a range of its rows into `bytes`. On CUDA the rows are written straight
+/// into pinned staging buffers, a chunk at a time, and each chunk's copy runs while the host
+/// fills the next; the call returns before the GPU has read the last one.
+pub fn upload_rows(dst: &Tensor, fill: &mut RowFill) -> Result<()> {
+    let rows = dst.dims().first().copied().unwrap_or(1);
+    let bytes = dst.elem_count() * dst.dtype().size_in_bytes();
+    if !dst.is_contiguous() || rows == 0 {
+        candle_core::bail!("upload: the destination must be contiguous with at least one row");
     }
     match dst.device() {
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => cuda::upload(dst, bytes),
+        Device::Cuda(_) => cuda::upload_rows(dst, rows, bytes / rows, fill),
         device => {
-            let src = Tensor::from_raw_buffer(bytes, dst.dtype(), dst.dims(), device)?;
+            let mut image = vec![0u8; bytes];
+            fill(0..rows, &mut image)?;
+            let src = Tensor::from_raw_buffer(&image, dst.dtype(), dst.dims(), device)?;
             dst.slice_set(&src, 0, 0)
         }
     }
 }
 
-/// A new tensor holding `bytes` (its elements' host image), copied as [`upload`] does.
+/// Writes the host image of rows `range` into the byte slice (see [`upload_rows`]).
+pub type RowFill<'a> = dyn FnMut(std::ops::Range<usize>, &mut [u8]) -> Result<()> + 'a;
+
+/// A new `[rows, …]` tensor filled from the host as [`upload_rows`] does.
 pub fn upload_new(
-    bytes: &[u8],
     dtype: DType,
     shape: impl Into<Shape>,
     device: &Device,
+    fill: &mut RowFill,
 ) -> Result<Tensor> {
     let shape = shape.into();
-    match device {
+    let dst = match device {
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => {
-            let dst = cuda::empty(&shape, dtype, device)?;
-            upload(&dst, bytes)?;
-            Ok(dst)
-        }
-        _ => Tensor::from_raw_buffer(bytes, dtype, shape.dims(), device),
-    }
+        Device::Cuda(_) => cuda::empty(&shape, dtype, device)?,
+        _ => Tensor::zeros(shape, dtype, device)?,
+    };
+    upload_rows(&dst, fill)?;
+    Ok(dst)
 }
 
 /// Whether steps can be recorded into a graph on `device`.
