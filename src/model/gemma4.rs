@@ -626,13 +626,10 @@ impl DecoderLayer {
             o_proj: ckpt.tensor(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
             own_kv,
             mlp: Mlp {
-                gate_up: Tensor::cat(
-                    &[
-                        ckpt.tensor(&p("mlp.gate_proj.weight"), &[width, h])?,
-                        ckpt.tensor(&p("mlp.up_proj.weight"), &[width, h])?,
-                    ],
-                    0,
-                )?,
+                gate_up: ckpt.concat(&[
+                    (p("mlp.gate_proj.weight"), vec![width, h]),
+                    (p("mlp.up_proj.weight"), vec![width, h]),
+                ])?,
                 down: ckpt.tensor(&p("mlp.down_proj.weight"), &[h, width])?,
             },
             moe,
@@ -725,26 +722,27 @@ fn expert_tensor(
         shape.extend_from_slice(per_expert);
         return ckpt.tensor(&packed, &shape);
     }
+    // Exploded experts, joined in expert order (gate then up for each): the rows of the
+    // packed `[experts, rows, cols]` tensor.
     let one = |e: usize, part: &str, rows: usize| {
-        ckpt.tensor(
-            &format!("layers.{layer}.experts.{e}.{part}.weight"),
-            &[rows, per_expert[1]],
+        (
+            format!("layers.{layer}.experts.{e}.{part}.weight"),
+            vec![rows, per_expert[1]],
         )
     };
-    let per_expert_tensors = (0..experts)
-        .map(|e| -> Result<Tensor> {
+    let parts: Vec<(String, Vec<usize>)> = (0..experts)
+        .flat_map(|e| {
             if name == "gate_up_proj" {
                 let half = per_expert[0] / 2;
-                Ok(Tensor::cat(
-                    &[one(e, "gate_proj", half)?, one(e, "up_proj", half)?],
-                    0,
-                )?)
+                vec![one(e, "gate_proj", half), one(e, "up_proj", half)]
             } else {
-                one(e, "down_proj", per_expert[0])
+                vec![one(e, "down_proj", per_expert[0])]
             }
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Tensor::stack(&per_expert_tensors, 0)?)
+        .collect();
+    Ok(ckpt
+        .concat(&parts)?
+        .reshape((experts, per_expert[0], per_expert[1]))?)
 }
 
 impl Moe {

@@ -256,6 +256,48 @@ impl Checkpoint {
         Ok(read)
     }
 
+    /// Decoder tensors `parts` (name, shape), each shape-checked, concatenated along their first
+    /// dimension. Parts stored in one float dtype are joined in host memory and moved once: a
+    /// join on the device would leave the parts' freed memory as holes in its allocator pool.
+    pub fn concat(&self, parts: &[(String, Vec<usize>)]) -> Result<Tensor> {
+        let located = parts
+            .iter()
+            .map(|(name, shape)| {
+                let full_name = format!("{}{name}", self.prefix);
+                let (file, entry) = self.locate(&full_name, shape)?;
+                Ok((full_name, file, entry))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let stored_dtypes: std::collections::HashSet<_> = located
+            .iter()
+            .map(|(_, _, entry)| entry.candle_dtype())
+            .collect();
+        let joinable = stored_dtypes.len() == 1
+            && matches!(
+                stored_dtypes.iter().next(),
+                Some(Some(DType::F32 | DType::BF16 | DType::F16))
+            );
+        if !joinable {
+            let tensors = parts
+                .iter()
+                .map(|(name, shape)| self.tensor(name, shape))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Tensor::cat(&tensors, 0)?);
+        }
+        let host = located
+            .iter()
+            .map(|(full_name, file, entry)| self.stored(file, full_name, entry))
+            .collect::<Result<Vec<_>>>()?;
+        let what = || {
+            let first = &located[0].0;
+            format!("{first} and {} more", located.len() - 1)
+        };
+        Tensor::cat(&host, 0)
+            .and_then(|joined| joined.to_device(&self.device))
+            .and_then(|moved| moved.to_dtype(self.dtype))
+            .map_err(|e| anyhow::anyhow!("tensors {}: {e}", what()))
+    }
+
     /// Loads a tensor by its absolute name, checks its shape, converts it to the compute dtype.
     pub fn absolute_tensor(&self, full_name: &str, shape: &[usize]) -> Result<Tensor> {
         let (file, entry) = self.locate(full_name, shape)?;
