@@ -250,18 +250,14 @@ impl Gemma4 {
         }
         let ids_t = Tensor::new(ids, &self.device)?;
         let ple_ids: Vec<u32> = ids.iter().map(|&id| self.ple_id(id)).collect();
-        let gathered = match &self.ple {
-            Some(ple) => ple.gather_host(&ple_ids)?,
-            None => None,
-        };
         let ple_ids_t = if ple_ids == ids {
             ids_t.clone()
         } else {
             Tensor::new(ple_ids.as_slice(), &self.device)?
         };
-        let ple_rows = match &gathered {
-            Some(rows) => TokenRows::Gathered(rows),
-            None => TokenRows::Ids(&ple_ids_t),
+        let ple_rows = match self.ple_placement() {
+            Some(PlePlacement::Host) => TokenRows::HostIds(&ple_ids),
+            _ => TokenRows::Ids(&ple_ids_t),
         };
         let rope = [
             self.rope_sliding.rows(start, seq)?,
@@ -390,7 +386,7 @@ impl Gemma4 {
             let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
             let attn = linear(&attn, &layer.o_proj)?;
-            let layer_ple = ple.as_ref().map(|p| p.narrow(2, i, 1)).transpose()?;
+            let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
             x = layer.feed_forward(&x, &attn, layer_ple, &self.config)?;
         }
         Ok(x)

@@ -76,11 +76,41 @@ pub struct PerLayerEmbeddings {
     dtype: DType,
 }
 
-/// The token part's table rows for the tokens of one forward: ids to gather on the device, or
-/// rows already gathered on the host and copied over.
+/// The token part's table rows for the tokens of one forward.
 pub enum TokenRows<'a> {
+    /// Ids to gather from a device table.
     Ids(&'a Tensor),
+    /// Ids to gather from a host table, one layer's slice of each row at a time: the host
+    /// gathers and copies layer i+1's slice while the GPU runs layer i.
+    HostIds(&'a [u32]),
+    /// Whole rows already on the device (a decode step's staged row).
     Gathered(&'a Tensor),
+}
+
+/// One forward's per-layer inputs, `[1, S, 1, Dp]` for each layer.
+pub struct LayerInputs<'a> {
+    ple: &'a PerLayerEmbeddings,
+    /// `[1, S, L, Dp]`: the normed projected context.
+    context: Tensor,
+    token_part: TokenPart<'a>,
+}
+
+enum TokenPart<'a> {
+    /// `[1, S, L, Dp]`, already scaled.
+    All(Tensor),
+    FromHost(&'a [u32]),
+}
+
+impl LayerInputs<'_> {
+    /// Layer `i`'s input `[1, S, 1, Dp]`: (context + token part) × 2^−½ (§2.2).
+    pub fn layer(&self, i: usize) -> Result<Tensor> {
+        let context = self.context.narrow(2, i, 1)?;
+        let token_part = match &self.token_part {
+            TokenPart::All(all) => all.narrow(2, i, 1)?,
+            TokenPart::FromHost(ids) => self.ple.host_slice(ids, i)?.reshape(context.shape())?,
+        };
+        Ok(((context + token_part)? * 2f64.powf(-0.5))?)
+    }
 }
 
 impl PerLayerEmbeddings {
@@ -151,17 +181,18 @@ impl PerLayerEmbeddings {
         }
     }
 
-    /// Rows `ple_ids` (already mapped by `Gemma4::ple_id`) of a host table, on the device
-    /// `[S, L·Dp]` in the stored dtype.
-    pub fn gather_host(&self, ple_ids: &[u32]) -> Result<Option<Tensor>> {
+    /// Layer `layer`'s slice of rows `ple_ids` (already mapped by `Gemma4::ple_id`) of the host
+    /// table, on the device `[S, Dp]` in the compute dtype, scaled.
+    fn host_slice(&self, ple_ids: &[u32], layer: usize) -> Result<Tensor> {
         let Table::Host(rows) = &self.table else {
-            return Ok(None);
+            bail!("internal: the per-layer table is not in host memory");
         };
-        let shape = (ple_ids.len(), rows.cols());
-        let tensor = native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
-            rows.gather(&ple_ids[range], out)
+        let columns = layer * self.width..(layer + 1) * self.width;
+        let shape = (ple_ids.len(), self.width);
+        let slice = native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
+            rows.gather(&ple_ids[range], columns.clone(), out)
         })?;
-        Ok(Some(tensor))
+        Ok((slice.to_dtype(self.dtype)? * self.table_scale)?)
     }
 
     /// Writes the row of `ple_id` of a host table into `buffer` (`[1, L·Dp]`, stored dtype).
@@ -169,24 +200,40 @@ impl PerLayerEmbeddings {
         let Table::Host(rows) = &self.table else {
             bail!("internal: the per-layer table is on the device; it has no rows to stage");
         };
-        native::upload_rows(buffer, &mut |_, out| rows.gather(&[ple_id], out))?;
+        native::upload_rows(buffer, &mut |_, out| {
+            rows.gather(&[ple_id], 0..rows.cols(), out)
+        })?;
         Ok(())
     }
 
-    /// `[1, S, L, Dp]`: token part plus normed projected context, × 2^−½ (§2.2).
-    pub fn inputs(&self, rows: TokenRows, x0: &Tensor, config: &Config) -> Result<Tensor> {
+    /// The per-layer inputs of one forward over `x0 [1, S, H]` (§2.2).
+    pub fn inputs<'a>(
+        &'a self,
+        rows: TokenRows<'a>,
+        x0: &Tensor,
+        config: &Config,
+    ) -> Result<LayerInputs<'a>> {
         let layers = config.num_layers();
         let seq = x0.dim(1)?;
-        let rows = match (rows, &self.table) {
-            (TokenRows::Ids(ids), Table::Device(table)) => table.index_select(ids, 0)?,
-            (TokenRows::Gathered(rows), Table::Host(_)) => rows.to_dtype(self.dtype)?,
+        let split = |rows: Tensor| -> Result<TokenPart> {
+            Ok(TokenPart::All(
+                (rows * self.table_scale)?.reshape((1, seq, layers, self.width))?,
+            ))
+        };
+        let token_part = match (rows, &self.table) {
+            (TokenRows::Ids(ids), Table::Device(table)) => split(table.index_select(ids, 0)?)?,
+            (TokenRows::Gathered(rows), Table::Host(_)) => split(rows.to_dtype(self.dtype)?)?,
+            (TokenRows::HostIds(ids), Table::Host(_)) => TokenPart::FromHost(ids),
             _ => bail!("internal: per-layer rows do not match where the table is"),
         };
-        let token_part = (rows * self.table_scale)?.reshape((1, seq, layers, self.width))?;
         let context = (linear(x0, &self.model_projection)?
             * (config.hidden_size as f64).powf(-0.5))?
         .reshape((1, seq, layers, self.width))?;
         let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
-        Ok(((context + token_part)? * 2f64.powf(-0.5))?)
+        Ok(LayerInputs {
+            ple: self,
+            context,
+            token_part,
+        })
     }
 }

@@ -474,15 +474,24 @@ impl HostRows {
         self.cols * self.dtype.size_in_bytes()
     }
 
-    /// Writes rows `ids` into `out` (exactly `ids.len()` rows), in order, as stored. A prompt's
-    /// worth of rows is copied by several threads: the copy is what the GPU waits for.
-    pub fn gather(&self, ids: &[u32], out: &mut [u8]) -> candle_core::Result<()> {
-        let width = self.row_bytes();
-        if out.len() != ids.len() * width {
+    /// Writes columns `columns` of rows `ids` into `out` (`ids.len()` × the columns), in
+    /// order, as stored. A prompt's worth of rows is copied by several threads: the copy is
+    /// what the GPU waits for.
+    pub fn gather(
+        &self,
+        ids: &[u32],
+        columns: std::ops::Range<usize>,
+        out: &mut [u8],
+    ) -> candle_core::Result<()> {
+        let element = self.dtype.size_in_bytes();
+        let row = self.row_bytes();
+        let (skip, width) = (columns.start * element, columns.len() * element);
+        if columns.end > self.cols || out.len() != ids.len() * width {
             candle_core::bail!(
-                "internal: {} bytes for {} rows of {width}",
+                "internal: {} bytes for {} rows of columns {columns:?} of {}",
                 out.len(),
-                ids.len()
+                ids.len(),
+                self.cols
             );
         }
         if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.rows) {
@@ -493,9 +502,9 @@ impl HostRows {
             RowBytes::Embedded(b) => b,
         };
         let copy = |ids: &[u32], out: &mut [u8]| {
-            for (&id, row) in ids.iter().zip(out.chunks_exact_mut(width)) {
-                let id = id as usize;
-                row.copy_from_slice(&table[id * width..(id + 1) * width]);
+            for (&id, slice) in ids.iter().zip(out.chunks_exact_mut(width)) {
+                let start = id as usize * row + skip;
+                slice.copy_from_slice(&table[start..start + width]);
             }
         };
         let threads = std::thread::available_parallelism()
@@ -761,24 +770,34 @@ mod tests {
         let ids: Vec<u32> = (0..900).map(|i| (i * 7919 % rows) as u32).collect();
         assert!(ids.len() * host.row_bytes() >= 2 * PARALLEL_GATHER_BYTES);
         let mut bytes = vec![0u8; ids.len() * host.row_bytes()];
-        host.gather(&ids, &mut bytes).unwrap();
+        host.gather(&ids, 0..cols, &mut bytes).unwrap();
         let gathered =
             Tensor::from_raw_buffer(&bytes, DType::F32, &[ids.len(), cols], &Device::Cpu).unwrap();
         let expected = table
             .index_select(&Tensor::new(ids.as_slice(), &Device::Cpu).unwrap(), 0)
             .unwrap();
-        let differ = gathered
-            .ne(&expected)
+        assert_eq!(count_differing(&gathered, &expected), 0.0);
+        let mut slice = vec![0u8; ids.len() * 4 * 3];
+        host.gather(&ids, 5..8, &mut slice).unwrap();
+        let sliced =
+            Tensor::from_raw_buffer(&slice, DType::F32, &[ids.len(), 3], &Device::Cpu).unwrap();
+        assert_eq!(
+            count_differing(&sliced, &expected.narrow(1, 5, 3).unwrap()),
+            0.0
+        );
+        assert!(host
+            .gather(&[rows as u32], 0..cols, &mut bytes[..host.row_bytes()])
+            .is_err());
+    }
+
+    fn count_differing(a: &Tensor, b: &Tensor) -> f32 {
+        a.ne(b)
             .unwrap()
             .to_dtype(DType::F32)
             .unwrap()
             .sum_all()
             .unwrap()
             .to_scalar::<f32>()
-            .unwrap();
-        assert_eq!(differ, 0.0);
-        assert!(host
-            .gather(&[rows as u32], &mut bytes[..host.row_bytes()])
-            .is_err());
+            .unwrap()
     }
 }

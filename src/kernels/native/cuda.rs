@@ -355,12 +355,14 @@ fn pointer_array(address: u64) -> *const *const std::ffi::c_void {
 }
 
 /// Host→device copies go through pinned buffers: from pinned memory a copy is asynchronous
-/// (the host returns at once), and two buffers let the host fill one while the GPU reads the
-/// other. Larger copies go through in chunks of whole rows of about this size.
+/// (the host returns at once), and a ring of buffers lets the host fill the next ones while
+/// the GPU is still to read the last (a prefill uploads one per layer, ahead of the GPU).
+/// Larger copies go through in chunks of whole rows of about this size.
 const STAGING_BYTES: usize = 8 << 20;
+const STAGING_BUFFERS: usize = 4;
 
 struct Staging {
-    buffers: [Option<candle_core::cuda::cudarc::driver::PinnedHostSlice<u8>>; 2],
+    buffers: [Option<candle_core::cuda::cudarc::driver::PinnedHostSlice<u8>>; STAGING_BUFFERS],
     next: usize,
 }
 
@@ -384,15 +386,15 @@ pub fn upload_rows(
         .get_or_init(Default::default)
         .lock()
         .expect("staging lock");
-    let staging = all.entry(dev.id()).or_insert(Staging {
-        buffers: [None, None],
+    let staging = all.entry(dev.id()).or_insert_with(|| Staging {
+        buffers: Default::default(),
         next: 0,
     });
     for first in (0..rows).step_by(chunk_rows) {
         let range = first..(first + chunk_rows).min(rows);
         let len = range.len() * row_bytes;
         let slot = &mut staging.buffers[staging.next];
-        staging.next = 1 - staging.next;
+        staging.next = (staging.next + 1) % STAGING_BUFFERS;
         if slot.as_ref().is_none_or(|b| b.len() < buffer_bytes) {
             // SAFETY: the buffer is filled below before any copy reads it.
             *slot = Some(unsafe { stream.context().alloc_pinned::<u8>(buffer_bytes) }.w()?);
