@@ -115,6 +115,20 @@ fn greedy_output_equals_the_reference_golden_for_the_trained_model() {
     }
 }
 
+/// `--prompt-ids` feeds the golden's prompt ids as given and reproduces its greedy ids.
+#[test]
+fn prompt_ids_reproduce_the_reference_golden_id_for_id() {
+    let golden = kjv_golden_case("long-context");
+    let prompt: Vec<String> = ids(&golden["prompt_ids"])
+        .iter()
+        .map(u64::to_string)
+        .collect();
+    let n = golden["expected_ids"].as_array().unwrap().len().to_string();
+    let result = json(&["--prompt-ids", &prompt.join(","), "-n", &n]);
+    assert_eq!(ids(&result["prompt_ids"]), ids(&golden["prompt_ids"]));
+    assert_eq!(ids(&result["token_ids"]), ids(&golden["expected_ids"]));
+}
+
 #[test]
 fn the_chat_template_is_applied_and_eos_stops_generation() {
     let golden = kjv_golden_case("chat");
@@ -308,6 +322,18 @@ fn every_bad_input_is_one_clear_error_line() {
         (
             vec!["--model".into(), s(&bad_defaults)],
             "generation_config.json: top_p = 2 is not valid: expected a number in (0, 1]",
+        ),
+        (
+            vec!["--ple".into(), "gpu".into()],
+            "--ple gpu: expected auto, host or device",
+        ),
+        (
+            vec!["--prompt-ids".into(), "2 x".into()],
+            "'x' is not a token id",
+        ),
+        (
+            vec!["--prompt-ids".into(), "2 99999".into()],
+            "token id 99999 is outside the model's vocabulary of 4096",
         ),
     ];
     let flag_cases = [

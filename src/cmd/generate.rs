@@ -38,6 +38,10 @@ pub struct Args {
     /// Prompt text; `-` reads it from standard input. Empty: generate from <bos> alone.
     #[arg(long, short, default_value = "")]
     prompt: String,
+    /// The prompt as token ids (space- or comma-separated), used as given: no <bos> is added
+    /// and no template applied (to reproduce another engine's run id for id).
+    #[arg(long, value_name = "IDS", conflicts_with_all = ["prompt", "chat_input"], value_parser = token_ids)]
+    prompt_ids: Option<TokenIds>,
     /// Wrap the prompt in the checkpoint's chat template (as a user turn).
     #[arg(long)]
     chat: bool,
@@ -111,7 +115,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     bar.finish_and_clear();
     let load_time = load_started.elapsed();
 
-    let prompt_ids = if let Some(chat) = chat {
+    let prompt_ids = if let Some(TokenIds(ids)) = &args.prompt_ids {
+        ids.clone()
+    } else if let Some(chat) = chat {
         let (prompt, unread) = tokenizer.apply_chat_template(&chat)?;
         for request in unread {
             eprintln!(
@@ -313,6 +319,24 @@ fn read_file_or_stdin(spec: &str) -> Result<(String, String)> {
     let text = std::fs::read_to_string(spec)
         .with_context(|| format!("cannot read --messages file {spec}"))?;
     Ok((spec.to_string(), text))
+}
+
+#[derive(Clone, Debug)]
+struct TokenIds(Vec<u32>);
+
+fn token_ids(spec: &str) -> Result<TokenIds, String> {
+    let ids = spec
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<u32>()
+                .map_err(|_| format!("'{s}' is not a token id"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if ids.is_empty() {
+        return Err("no token ids given".to_string());
+    }
+    Ok(TokenIds(ids))
 }
 
 fn read_prompt(spec: &str) -> Result<String> {
