@@ -166,12 +166,26 @@ fn probe_json_contract_and_honest_reasons() {
     for (entry, op) in ops.iter().zip(Op::ALL) {
         assert_eq!(entry["op"], op.name());
         // The report cannot disagree with what runs: same predicate.
-        assert_eq!(
-            entry["selected_arm"],
-            arm_for(op, &Device::Cpu, DType::F32).name()
-        );
+        let mut selected: Vec<(String, Vec<&str>)> = Vec::new();
+        for &dtype in op.contract().spec.dtypes {
+            let arm = arm_for(op, &Device::Cpu, dtype).name();
+            let name = g4::device::dtype_name(dtype);
+            match selected.iter_mut().find(|(a, _)| *a == arm) {
+                Some((_, dtypes)) => dtypes.push(name),
+                None => selected.push((arm, vec![name])),
+            }
+        }
+        let expected = match selected.as_slice() {
+            [(arm, _)] => arm.clone(),
+            several => several
+                .iter()
+                .map(|(a, ds)| format!("{a} ({})", ds.join(",")))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        assert_eq!(entry["selected_arm"], expected.as_str());
         let arms = entry["arms"].as_array().unwrap();
-        assert_eq!(arms.len(), 4, "cuda, hip, metal, composed");
+        assert_eq!(arms.len(), 5, "cuda, hip, metal, cpu, composed");
         for arm in arms {
             for key in ["backend", "kind", "status", "reason", "check"] {
                 assert!(arm.get(key).is_some(), "{}: arm lacks {key}", op.name());
@@ -201,6 +215,21 @@ fn probe_json_contract_and_honest_reasons() {
         }
         let hip = arms.iter().find(|a| a["backend"] == "hip").unwrap();
         assert!(hip["reason"].as_str().unwrap().contains("ROCm"));
+        // The CPU arm runs and passes its check where a CPU kernel is written (and the CPU
+        // has the SIMD it needs); elsewhere it says which of the two is missing.
+        let cpu = arms.iter().find(|a| a["backend"] == "cpu").unwrap();
+        let has_cpu_kernel = op
+            .native_kernels()
+            .iter()
+            .any(|k| k.backend == Backend::Cpu);
+        match (has_cpu_kernel, g4::kernels::native::cpu::simd()) {
+            (true, Some(_)) => {
+                assert_eq!(cpu["status"], "available", "{}", op.name());
+                assert_eq!(cpu["check"]["ok"], true, "{}", op.name());
+            }
+            (true, None) => assert_eq!(cpu["reason_kind"], "device-unsupported"),
+            (false, _) => assert_eq!(cpu["reason_kind"], "no-kernel", "{}", op.name()),
+        }
     }
     assert_eq!(report["ok"], true);
 }

@@ -123,14 +123,23 @@ fn print_table(
     let capability = capability.map_or(String::new(), |c| format!(", compute capability {c}"));
     println!("device {device}{capability}; build features: {features}; input seed {seed}");
     println!();
+    let selected_width = reports
+        .iter()
+        .map(|r| r.selected_arm.len())
+        .chain([10])
+        .max()
+        .unwrap_or(10);
     println!(
-        "{:<26} {:<10} {:<20} {:<12} {:<12} {:<30}",
-        "op", "selected", "cuda", "hip", "metal", "composed"
+        "{:<26} {:<selected_width$} {:<20} {:<12} {:<12} {:<20} {:<30}",
+        "op", "selected", "cuda", "hip", "metal", "cpu", "composed"
     );
     let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
     for report in reports {
         if let Some(why) = &report.not_applicable {
-            println!("{:<26} {:<10} not checked: {why}", report.op, "-");
+            println!(
+                "{:<26} {:<selected_width$} not checked: {why}",
+                report.op, "-"
+            );
             continue;
         }
         let mut cell = |backend: &str| -> String {
@@ -156,10 +165,11 @@ fn print_table(
         let cuda = cell("cuda");
         let hip = cell("hip");
         let metal = cell("metal");
+        let cpu = cell("cpu");
         let composed = cell("composed");
         let mark = if report.ok() { "" } else { "  <-- FAILED" };
         println!(
-            "{:<26} {:<10} {cuda:<20} {hip:<12} {metal:<12} {composed:<30}{mark}",
+            "{:<26} {:<selected_width$} {cuda:<20} {hip:<12} {metal:<12} {cpu:<20} {composed:<30}{mark}",
             report.op, report.selected_arm
         );
     }

@@ -115,6 +115,14 @@ impl OpSpec {
         }
     }
 
+    /// Native kernels other than the default CUDA ones.
+    pub const fn native(self, native_kernels: &'static [NativeKernel]) -> OpSpec {
+        OpSpec {
+            native_kernels,
+            ..self
+        }
+    }
+
     pub const fn shape_paths(self, shape_paths: &'static [ShapePath]) -> OpSpec {
         OpSpec {
             shape_paths,

@@ -4,29 +4,33 @@
 //! CUDA is its first implementation (`cuda.rs`); the kernel sources are written so that hipcc
 //! compiles them too, and a HIP implementation slots in here without touching an op module.
 //! Op modules never name a vendor API: their native arm calls [`launch`] with a kernel name.
+//! The CPU has native arms too (`cpu.rs`): SIMD kernels chosen by what the processor offers.
 
+pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 pub mod poison;
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
 
-/// A GPU backend for which native kernels can exist.
+/// A backend for which native kernels can exist: a GPU vendor's, or the CPU's SIMD units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
     Cuda,
     Hip,
     Metal,
+    Cpu,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 3] = [Backend::Cuda, Backend::Hip, Backend::Metal];
+    pub const ALL: [Backend; 4] = [Backend::Cuda, Backend::Hip, Backend::Metal, Backend::Cpu];
 
     pub fn name(self) -> &'static str {
         match self {
             Backend::Cuda => "cuda",
             Backend::Hip => "hip",
             Backend::Metal => "metal",
+            Backend::Cpu => "cpu",
         }
     }
 
@@ -35,8 +39,9 @@ impl Backend {
         match self {
             Backend::Cuda => Some("cuda"),
             Backend::Metal => Some("metal"),
-            // candle has no ROCm backend, so no build of g4 can launch a HIP kernel yet.
-            Backend::Hip => None,
+            // candle has no ROCm backend, so no build of g4 can launch a HIP kernel yet; the CPU
+            // kernels are in every build for the architectures they are written for.
+            Backend::Hip | Backend::Cpu => None,
         }
     }
 
@@ -45,13 +50,16 @@ impl Backend {
             Backend::Cuda => cfg!(feature = "cuda"),
             Backend::Metal => cfg!(feature = "metal"),
             Backend::Hip => false,
+            Backend::Cpu => cfg!(any(target_arch = "x86_64", target_arch = "aarch64")),
         }
     }
 
     fn drives(self, device: &Device) -> bool {
         matches!(
             (self, device),
-            (Backend::Cuda, Device::Cuda(_)) | (Backend::Metal, Device::Metal(_))
+            (Backend::Cuda, Device::Cuda(_))
+                | (Backend::Metal, Device::Metal(_))
+                | (Backend::Cpu, Device::Cpu)
         )
     }
 }
@@ -131,6 +139,7 @@ enum Missing {
     NoDevice,
     NoDtypeVariant,
     Capability(u32, u32),
+    CpuFeatures,
 }
 
 fn missing(
@@ -152,6 +161,9 @@ fn missing(
     let Some(kernel) = kernels.find(|k| k.dtypes.contains(&dtype)) else {
         return Some(Missing::NoDtypeVariant);
     };
+    if backend == Backend::Cpu && cpu::simd().is_none() {
+        return Some(Missing::CpuFeatures);
+    }
     match kernel.min_compute_capability {
         Some((major, minor))
             if crate::device::compute_capability(device).is_none_or(|cc| cc < (major, minor)) =>
@@ -192,6 +204,9 @@ pub fn native_status(
         Missing::Capability(major, minor) => Unavailable::DeviceUnsupported {
             need: format!("compute capability >= {major}.{minor}"),
         },
+        Missing::CpuFeatures => Unavailable::DeviceUnsupported {
+            need: cpu::REQUIREMENT.to_string(),
+        },
     })
 }
 
@@ -216,6 +231,16 @@ pub const CUDA_F32: &[NativeKernel] = &[NativeKernel {
     dtypes: &[DType::F32],
     min_compute_capability: Some((8, 0)),
 }];
+
+/// CUDA kernels in every float dtype, and a CPU SIMD kernel in f32.
+pub const CUDA_FLOATS_AND_CPU_F32: &[NativeKernel] = &[
+    CUDA_FLOATS[0],
+    NativeKernel {
+        backend: Backend::Cpu,
+        dtypes: &[DType::F32],
+        min_compute_capability: None,
+    },
+];
 
 /// A kernel argument.
 pub enum Arg<'a> {

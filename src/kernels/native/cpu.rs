@@ -1,0 +1,219 @@
+//! The CPU implementation behind the native seam: SIMD kernels written with `std::arch` for
+//! AVX-512F, AVX2 + FMA (x86_64) and NEON (aarch64), the widest the running CPU has chosen once
+//! at run time, spread over threads by rayon (the pool candle's own CPU kernels use).
+//!
+//! Batch-1 decode on a CPU is bound by reading the weights: each projection's W is streamed
+//! once, for every row of X at the same time, by as many threads as the memory system needs.
+
+#[cfg(target_arch = "aarch64")]
+use arm::dot_neon;
+use rayon::prelude::*;
+use std::sync::OnceLock;
+#[cfg(target_arch = "x86_64")]
+use x86::{dot_avx2, dot_avx512};
+
+/// The instruction set the CPU kernels use here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Simd {
+    Avx512,
+    Avx2Fma,
+    Neon,
+}
+
+impl Simd {
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Avx512 => "AVX-512F",
+            Simd::Avx2Fma => "AVX2+FMA",
+            Simd::Neon => "NEON",
+        }
+    }
+}
+
+/// What every CPU kernel needs, for messages.
+pub const REQUIREMENT: &str = "AVX2+FMA or AVX-512F (x86_64), or NEON (aarch64)";
+
+/// The widest instruction set this CPU offers, detected once; `G4_CPU_SIMD=avx2` caps it (to
+/// check the narrower path on a wider CPU).
+pub fn simd() -> Option<Simd> {
+    static DETECTED: OnceLock<Option<Simd>> = OnceLock::new();
+    *DETECTED.get_or_init(|| {
+        let cap_avx2 = std::env::var("G4_CPU_SIMD").is_ok_and(|v| v == "avx2");
+        detect(cap_avx2)
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect(cap_avx2: bool) -> Option<Simd> {
+    if !cap_avx2 && is_x86_feature_detected!("avx512f") {
+        Some(Simd::Avx512)
+    } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        Some(Simd::Avx2Fma)
+    } else {
+        None
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn detect(_: bool) -> Option<Simd> {
+    std::arch::is_aarch64_feature_detected!("neon").then_some(Simd::Neon)
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn detect(_: bool) -> Option<Simd> {
+    None
+}
+
+/// Rows of X the GEMV takes (its accumulators stay in registers).
+pub const GEMV_MAX_ROWS: usize = 8;
+
+/// W rows one task computes: enough to amortise the task, few enough to spread a narrow
+/// projection over every thread.
+const ROWS_PER_TASK: usize = 16;
+
+/// `out [m, n] = x [m, k] · w [n, k]ᵀ` in f32 for `m ≤ GEMV_MAX_ROWS`: every W row is read once
+/// for all X rows.
+pub fn gemv_f32(simd: Simd, x: &[f32], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+    assert!(m <= GEMV_MAX_ROWS && x.len() == m * k && w.len() == n * k);
+    // Column-major while computing, so that each task writes one contiguous block.
+    let mut by_column = vec![0f32; n * m];
+    by_column
+        .par_chunks_mut(ROWS_PER_TASK * m)
+        .enumerate()
+        .for_each(|(task, out)| {
+            let first = task * ROWS_PER_TASK;
+            for (j, sums) in out.chunks_exact_mut(m).enumerate() {
+                let row = &w[(first + j) * k..(first + j + 1) * k];
+                dot_rows(simd, x, row, k, sums);
+            }
+        });
+    if m == 1 {
+        return by_column;
+    }
+    let mut out = vec![0f32; m * n];
+    for (j, sums) in by_column.chunks_exact(m).enumerate() {
+        for (r, &s) in sums.iter().enumerate() {
+            out[r * n + j] = s;
+        }
+    }
+    out
+}
+
+/// `sums[r] = x[r] · w_row` for each of the `sums.len()` rows of `x`.
+fn dot_rows(simd: Simd, x: &[f32], w_row: &[f32], k: usize, sums: &mut [f32]) {
+    macro_rules! rows {
+        ($kernel:ident) => {
+            match sums.len() {
+                1 => $kernel::<1>(x, w_row, k, sums),
+                2 => $kernel::<2>(x, w_row, k, sums),
+                3 => $kernel::<3>(x, w_row, k, sums),
+                4 => $kernel::<4>(x, w_row, k, sums),
+                5 => $kernel::<5>(x, w_row, k, sums),
+                6 => $kernel::<6>(x, w_row, k, sums),
+                7 => $kernel::<7>(x, w_row, k, sums),
+                _ => $kernel::<8>(x, w_row, k, sums),
+            }
+        };
+    }
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
+        Simd::Avx512 => unsafe { rows!(dot_avx512) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
+        Simd::Avx2Fma => unsafe { rows!(dot_avx2) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `simd()` chose NEON only where the CPU reports it.
+        Simd::Neon => unsafe { rows!(dot_neon) },
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("simd() never returns an instruction set of another architecture"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// M rows of X against one W row: two vectors of W per step (two independent FMA chains
+    /// per row even when M = 1), the tail in scalar.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot_avx512<const M: usize>(x: &[f32], w: &[f32], k: usize, sums: &mut [f32]) {
+        const L: usize = 16;
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        let steps = k / (2 * L);
+        for s in 0..steps {
+            let i = s * 2 * L;
+            let w0 = _mm512_loadu_ps(w.as_ptr().add(i));
+            let w1 = _mm512_loadu_ps(w.as_ptr().add(i + L));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let xr = x.as_ptr().add(r * k + i);
+                a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), w0, a[0]);
+                a[1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr.add(L)), w1, a[1]);
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(a[0], a[1]));
+            for i in steps * 2 * L..k {
+                sum += x[r * k + i] * w[i];
+            }
+            sums[r] = sum;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_avx2<const M: usize>(x: &[f32], w: &[f32], k: usize, sums: &mut [f32]) {
+        const L: usize = 8;
+        let mut acc = [[_mm256_setzero_ps(); 2]; M];
+        let steps = k / (2 * L);
+        for s in 0..steps {
+            let i = s * 2 * L;
+            let w0 = _mm256_loadu_ps(w.as_ptr().add(i));
+            let w1 = _mm256_loadu_ps(w.as_ptr().add(i + L));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let xr = x.as_ptr().add(r * k + i);
+                a[0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, a[0]);
+                a[1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr.add(L)), w1, a[1]);
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            let v = _mm256_add_ps(a[0], a[1]);
+            let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+            let one = _mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1));
+            let mut sum = _mm_cvtss_f32(one);
+            for i in steps * 2 * L..k {
+                sum += x[r * k + i] * w[i];
+            }
+            sums[r] = sum;
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use std::arch::aarch64::*;
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn dot_neon<const M: usize>(x: &[f32], w: &[f32], k: usize, sums: &mut [f32]) {
+        const L: usize = 4;
+        let mut acc = [[vdupq_n_f32(0.0); 2]; M];
+        let steps = k / (2 * L);
+        for s in 0..steps {
+            let i = s * 2 * L;
+            let w0 = vld1q_f32(w.as_ptr().add(i));
+            let w1 = vld1q_f32(w.as_ptr().add(i + L));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let xr = x.as_ptr().add(r * k + i);
+                a[0] = vfmaq_f32(a[0], vld1q_f32(xr), w0);
+                a[1] = vfmaq_f32(a[1], vld1q_f32(xr.add(L)), w1);
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            let mut sum = vaddvq_f32(vaddq_f32(a[0], a[1]));
+            for i in steps * 2 * L..k {
+                sum += x[r * k + i] * w[i];
+            }
+            sums[r] = sum;
+        }
+    }
+}
