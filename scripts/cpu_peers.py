@@ -52,6 +52,9 @@ def write_tokenizer(out):
     vocab = {t: i for i, t in enumerate(specials)}
     for b in range(256):
         vocab[f"<0x{b:02X}>"] = len(vocab)
+    # llama.cpp refuses a BPE vocabulary without merges: one real merge.
+    for t in ["\u2581", "t", "\u2581t"]:
+        vocab[t] = len(vocab)
     while len(vocab) < VOCAB:
         vocab[f"\u2581t{len(vocab)}"] = len(vocab)
     tokenizer = {
@@ -71,7 +74,7 @@ def write_tokenizer(out):
             {"type": "ByteFallback"}, {"type": "Fuse"}]},
         "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
                   "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
-                  "ignore_merges": False, "vocab": vocab, "merges": []},
+                  "ignore_merges": False, "vocab": vocab, "merges": ["\u2581 t"]},
     }
     (out / "tokenizer.json").write_text(json.dumps(tokenizer))
     (out / "tokenizer_config.json").write_text(json.dumps({
@@ -92,16 +95,37 @@ def build(work):
         model.save_pretrained(model_dir)
         write_tokenizer(model_dir)
     if not gguf.exists():
-        import llama_cpp
-
-        vendored = Path(llama_cpp.__file__).parent.parent / "vendor" / "llama.cpp"
-        converter = vendored / "convert_hf_to_gguf.py"
-        if not converter.exists():
-            sys.exit(f"llama.cpp's converter is not at {converter}; pass --converter")
-        subprocess.run([sys.executable, str(converter), str(model_dir), "--outtype", "f32",
+        vendored = llama_cpp_sources(work)
+        subprocess.run([sys.executable, str(vendored / "convert_hf_to_gguf.py"), str(model_dir), "--outtype", "f32",
                         "--outfile", str(gguf)], check=True,
-                       env=dict(os.environ, PYTHONPATH=str(vendored / "gguf-py")))
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                           [str(vendored / "gguf-py")] + [p for p in [os.environ.get("PYTHONPATH")] if p])))
     return model_dir, gguf
+
+
+def llama_cpp_sources(work):
+    """llama.cpp as vendored by the installed llama-cpp-python: its converter ships only in the
+    source distribution, fetched here (the same version, from PyPI)."""
+    import tarfile
+    from importlib.metadata import version
+
+    release = version("llama-cpp-python")
+    root = work / f"llama_cpp_python-{release}"
+    archive = work / f"{root.name}.tar.gz"
+    if not (root / "vendor/llama.cpp/convert_hf_to_gguf.py").exists():
+        if not archive.exists():
+            import urllib.request
+
+            with urllib.request.urlopen(f"https://pypi.org/pypi/llama-cpp-python/{release}/json") as r:
+                files = json.load(r)["urls"]
+            url = next(f["url"] for f in files if f["packagetype"] == "sdist")
+            urllib.request.urlretrieve(url, archive)
+        with tarfile.open(archive) as sdist:
+            members = [m for m in sdist.getmembers() if m.name.startswith(f"{root.name}/vendor/llama.cpp/")
+                       and "/vendor/llama.cpp/" in m.name and m.name.split("/vendor/llama.cpp/")[1].split("/")[0]
+                       in ("convert_hf_to_gguf.py", "conversion", "gguf-py")]
+            sdist.extractall(work, members=members, filter="data")
+    return root / "vendor/llama.cpp"
 
 
 def prompt_ids(n, seed):
@@ -167,7 +191,10 @@ def run_llama(gguf, args):
         return args.prompt
 
     def next_token():
-        return int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        # The last position's logits straight from llama.cpp (llm.scores stays empty unless
+        # every position's logits are computed, which would slow the prefill).
+        logits = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(logits, shape=(llm.n_vocab(),))))
 
     def decode():
         llm.reset()
