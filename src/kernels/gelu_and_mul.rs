@@ -3,7 +3,8 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
-use super::{arm_for, gelu_mul, reference, Arm, Op};
+use super::native::{self, cpu};
+use super::{arm_for, gelu_mul, reference, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor, D};
 use rand::rngs::StdRng;
 
@@ -17,6 +18,7 @@ pub fn gelu_and_mul(packed: &Tensor) -> Result<Tensor> {
 pub fn gelu_and_mul_on(arm: Arm, packed: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(packed),
+        Arm::Native(Backend::Cpu) => cpu_fwd(packed),
         Arm::Native(_) => native_fwd(packed),
     }
 }
@@ -26,6 +28,18 @@ pub fn composed(packed: &Tensor) -> Result<Tensor> {
     let gate = packed.narrow(D::Minus1, 0, half)?;
     let up = packed.narrow(D::Minus1, half, half)?;
     gelu_mul::composed(&gate, &up)
+}
+
+/// CPU arm: a vectorised pass over the packed rows (`native/cpu.rs`), f32.
+fn cpu_fwd(packed: &Tensor) -> Result<Tensor> {
+    let d = packed.dim(D::Minus1)? / 2;
+    let (Some(simd), DType::F32, true) = (cpu::simd(), packed.dtype(), d > 0) else {
+        return composed(packed);
+    };
+    let mut shape = packed.dims().to_vec();
+    *shape.last_mut().expect("at least one dim") = d;
+    let out = cpu::with_f32(packed, |p| cpu::gelu_mul_f32(simd, p, &p[d..], d, 2 * d))?;
+    Tensor::from_vec(out, shape, packed.device())
 }
 
 /// CUDA arm: one elementwise kernel over the packed rows (src/kernels/cuda/elementwise.cu).
@@ -62,7 +76,8 @@ pub fn reference(packed: &[f64], d: usize) -> Vec<f64> {
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate),
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
+        .native(native::CUDA_FLOATS_AND_CPU_F32),
     cases,
     run,
     mutants: &[Mutant {

@@ -2,7 +2,8 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
-use super::{arm_for, reference, Arm, Op};
+use super::native::{self, cpu};
+use super::{arm_for, reference, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
@@ -16,6 +17,7 @@ pub fn gelu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
 pub fn gelu_mul_on(arm: Arm, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(gate, up),
+        Arm::Native(Backend::Cpu) => cpu_fwd(gate, up),
         Arm::Native(_) => native_fwd(gate, up),
     }
 }
@@ -24,6 +26,22 @@ pub fn composed(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     // candle's `gelu` is the tanh approximation (`gelu_erf` is the exact one). It runs in f32
     // and rounds once, as torch does for bf16/f16: candle's CUDA bf16 gelu is less precise.
     gate.to_dtype(DType::F32)?.gelu()?.to_dtype(gate.dtype())? * up
+}
+
+/// CPU arm: a vectorised pass over rows (`native/cpu.rs`), f32.
+fn cpu_fwd(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    let (Some(simd), DType::F32, true) = (
+        cpu::simd(),
+        gate.dtype(),
+        gate.shape() == up.shape() && up.dtype() == DType::F32,
+    ) else {
+        return composed(gate, up);
+    };
+    let width = gate.dims().last().copied().unwrap_or(1).max(1);
+    let out = cpu::with_f32(gate, |g| {
+        cpu::with_f32(up, |u| cpu::gelu_mul_f32(simd, g, u, width, width))
+    })??;
+    Tensor::from_vec(out, gate.shape(), gate.device())
 }
 
 /// CUDA arm: one elementwise kernel (src/kernels/cuda/elementwise.cu).
@@ -63,7 +81,8 @@ pub fn reference(gate: &[f64], up: &[f64]) -> Vec<f64> {
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate),
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
+        .native(native::CUDA_FLOATS_AND_CPU_F32),
     cases,
     run,
     mutants: &[Mutant {

@@ -108,15 +108,9 @@ fn cpu_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     ) else {
         return composed(x, w);
     };
-    let x_rows = rows.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    let w = w.contiguous()?;
-    let (storage, layout) = w.storage_and_layout();
-    let candle_core::Storage::Cpu(storage) = &*storage else {
-        return composed(x, &w);
-    };
-    let all = storage.as_slice::<f32>()?;
-    let w_values = &all[layout.start_offset()..layout.start_offset() + n * k];
-    let out = cpu::gemv_f32(simd, &x_rows, w_values, m, n, k);
+    let out = cpu::with_f32(&rows, |x| {
+        cpu::with_f32(w, |w| cpu::gemv_f32(simd, x, w, m, n, k))
+    })??;
     Tensor::from_vec(out, out_shape, x.device())
 }
 

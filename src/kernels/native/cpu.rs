@@ -7,6 +7,7 @@
 
 #[cfg(target_arch = "aarch64")]
 use arm::dot_neon;
+use candle_core::Tensor;
 use rayon::prelude::*;
 use std::sync::OnceLock;
 #[cfg(target_arch = "x86_64")]
@@ -62,6 +63,18 @@ fn detect(_: bool) -> Option<Simd> {
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn detect(_: bool) -> Option<Simd> {
     None
+}
+
+/// Runs `f` on the values of a CPU f32 tensor, made contiguous first if it is not.
+pub fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(storage) = &*storage else {
+        candle_core::bail!("the CPU kernels take tensors in host memory");
+    };
+    let all = storage.as_slice::<f32>()?;
+    let start = layout.start_offset();
+    Ok(f(&all[start..start + t.elem_count()]))
 }
 
 /// Rows of X the GEMV takes (its accumulators stay in registers).
@@ -130,9 +143,91 @@ fn dot_rows(simd: Simd, x: &[f32], w_row: &[f32], k: usize, sums: &mut [f32]) {
     }
 }
 
+/// Elements below which an elementwise kernel runs on the calling thread: waking the pool
+/// costs more than it saves.
+const PARALLEL_ELEMENTS: usize = 1 << 16;
+
+/// `gelu_tanh(gate) ⊙ up` in f32 over rows of `width`: row r's gate and up start at `r·pitch`
+/// of their slices (separate tensors: pitch = width; one packed `[gate ‖ up]` tensor: both
+/// slices are the packed values, up offset by `width`, pitch = 2·width).
+pub fn gelu_mul_f32(simd: Simd, gate: &[f32], up: &[f32], width: usize, pitch: usize) -> Vec<f32> {
+    let rows = gate.len().div_ceil(pitch.max(1));
+    let mut out = vec![0f32; rows * width];
+    let row = |(r, out): (usize, &mut [f32])| {
+        let (g, u) = (
+            &gate[r * pitch..r * pitch + width],
+            &up[r * pitch..r * pitch + width],
+        );
+        gelu_mul_row(simd, g, u, out);
+    };
+    if out.len() < PARALLEL_ELEMENTS {
+        out.chunks_mut(width.max(1)).enumerate().for_each(row);
+    } else {
+        out.par_chunks_mut(width.max(1)).enumerate().for_each(row);
+    }
+    out
+}
+
+fn gelu_mul_row(simd: Simd, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
+        Simd::Avx512 => unsafe { x86::gelu_mul_avx512(gate, up, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
+        Simd::Avx2Fma => unsafe { x86::gelu_mul_avx2(gate, up, out) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `simd()` chose NEON only where the CPU reports it.
+        Simd::Neon => unsafe { arm::gelu_mul_neon(gate, up, out) },
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("simd() never returns an instruction set of another architecture"),
+    }
+}
+
+/// `gelu_tanh(g)·u` written as `g·u / (1 + e^(−2·√(2/π)·(g + 0.044715·g³)))` (the same function:
+/// 0.5·(1 + tanh(t)) = 1 / (1 + e^(−2t))), with a branch-free `e^x` the compiler vectorises to
+/// whatever width the enclosing `target_feature` allows.
+#[inline(always)]
+fn gelu_mul_portable(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        let t = SQRT_2_OVER_PI * g.mul_add(0.044715 * g * g, g);
+        *o = g * u / (1.0 + exp_f32((-2.0 * t).min(88.0)));
+    }
+}
+
+/// `e^x` for x ≤ 88 to about 1 ulp: x = n·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' degree-6
+/// polynomial, 2^n put in the exponent bits. Below −87 it flushes to 0.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E).round();
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
+    let p = 1.987_569_1e-4f32
+        .mul_add(r, 1.398_199_9e-3)
+        .mul_add(r, 8.333_452e-3)
+        .mul_add(r, 4.166_579_6e-2)
+        .mul_add(r, 1.666_666_5e-1)
+        .mul_add(r, 5.000_000_1e-1);
+    let er = (p * r).mul_add(r, r) + 1.0;
+    er * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn gelu_mul_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        super::gelu_mul_portable(gate, up, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn gelu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        super::gelu_mul_portable(gate, up, out)
+    }
 
     /// M rows of X against one W row: two vectors of W per step (two independent FMA chains
     /// per row even when M = 1), the tail in scalar.
@@ -192,6 +287,11 @@ mod x86 {
 #[cfg(target_arch = "aarch64")]
 mod arm {
     use std::arch::aarch64::*;
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn gelu_mul_neon(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        super::gelu_mul_portable(gate, up, out)
+    }
 
     #[target_feature(enable = "neon")]
     pub unsafe fn dot_neon<const M: usize>(x: &[f32], w: &[f32], k: usize, sums: &mut [f32]) {
