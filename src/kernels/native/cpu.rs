@@ -210,7 +210,7 @@ fn exp_f32(x: f32) -> f32 {
         .mul_add(r, 8.333_452e-3)
         .mul_add(r, 4.166_579_6e-2)
         .mul_add(r, 1.666_666_5e-1)
-        .mul_add(r, 5.000_000_1e-1);
+        .mul_add(r, 0.5);
     let er = (p * r).mul_add(r, r) + 1.0;
     er * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
