@@ -134,3 +134,16 @@ fn cuda_memory_in_use() -> Option<u64> {
 fn cuda_memory_in_use() -> Option<u64> {
     None
 }
+
+/// Lets the host allocator reuse freed memory for the many megabyte-sized activations of a CPU
+/// forward instead of returning it to the kernel and taking it back zeroed, page by page, on
+/// the next call (glibc maps every block above a threshold that grows only to 32 MiB, and
+/// unmaps it on free: on the CPU that cost 12 % of a prefill). Peak memory is unchanged.
+pub fn keep_freed_host_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called once, before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}

@@ -29,6 +29,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    g4::device::keep_freed_host_memory();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) if !error.use_stderr() => error.exit(),
