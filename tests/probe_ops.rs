@@ -268,3 +268,31 @@ fn a_dtype_an_op_does_not_run_in_is_reported_not_applicable() {
         );
     }
 }
+
+/// The CPU arms' narrower instruction set (AVX2+FMA), forced on a CPU that has wider, passes
+/// the same checks; on a CPU without AVX2 the arm reports itself unsupported instead.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn cpu_arms_pass_with_avx2_forced() {
+    for op in ["linear", "gelu_mul", "gelu_and_mul", "softcap"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
+            .args(["probe-ops", "--op", op, "--json"])
+            .env("G4_CPU_SIMD", "avx2")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let arms = report["ops"][0]["arms"].as_array().unwrap();
+        let cpu = arms.iter().find(|a| a["backend"] == "cpu").unwrap();
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            assert_eq!(cpu["status"], "available", "{op}");
+            assert_eq!(cpu["check"]["ok"], true, "{op}");
+        } else {
+            assert_eq!(cpu["status"], "unavailable", "{op}");
+        }
+    }
+}

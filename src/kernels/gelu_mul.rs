@@ -93,7 +93,8 @@ pub const CONTRACT: OpContract = OpContract {
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    for (rows, cols) in [(1, 7), (3, 257), (17, 1024)] {
+    // The last spans the CPU arm's threaded path (more than 2^16 elements).
+    for (rows, cols) in [(1, 7), (3, 257), (17, 1024), (40, 2048)] {
         let mut c = Builder::new(device, dtype, rng);
         let gate = c.uniform(&[rows, cols], -4.0, 4.0)?;
         let up = c.uniform(&[rows, cols], -2.0, 2.0)?;

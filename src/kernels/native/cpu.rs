@@ -196,6 +196,61 @@ fn gelu_mul_portable(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `c · tanh(x / c)` in f32.
+pub fn softcap_f32(simd: Simd, x: &[f32], cap: f32) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    let chunk = PARALLEL_ELEMENTS;
+    let pass = |(x, out): (&[f32], &mut [f32])| match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
+        Simd::Avx512 => unsafe { x86::softcap_avx512(x, cap, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
+        Simd::Avx2Fma => unsafe { x86::softcap_avx2(x, cap, out) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: `simd()` chose NEON only where the CPU reports it.
+        Simd::Neon => unsafe { arm::softcap_neon(x, cap, out) },
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("simd() never returns an instruction set of another architecture"),
+    };
+    if x.len() < 2 * chunk {
+        pass((x, &mut out));
+    } else {
+        x.par_chunks(chunk)
+            .zip(out.par_chunks_mut(chunk))
+            .for_each(pass);
+    }
+    out
+}
+
+#[inline(always)]
+fn softcap_portable(x: &[f32], cap: f32, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = cap * tanh_f32(v / cap);
+    }
+}
+
+/// `tanh` to a few ulp, branch-free (Cephes' tanhf): an odd polynomial below |x| = 0.625, where
+/// `1 − 2 / (e^2|x| + 1)` would cancel, that form above it.
+#[inline(always)]
+fn tanh_f32(x: f32) -> f32 {
+    let a = x.abs().min(44.0);
+    let large = 1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0);
+    let z = x * x;
+    let small = (-5.704_988_7e-3f32)
+        .mul_add(z, 2.063_908_9e-2)
+        .mul_add(z, -5.373_971_6e-2)
+        .mul_add(z, 1.333_144_2e-1)
+        .mul_add(z, -3.333_328_2e-1)
+        * z;
+    let small = small.mul_add(x, x);
+    if a < 0.625 {
+        small
+    } else {
+        large.copysign(x)
+    }
+}
+
 /// `e^x` for x ≤ 88 to about 1 ulp: x = n·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' degree-6
 /// polynomial, 2^n put in the exponent bits. Below −87 it flushes to 0.
 #[inline(always)]
@@ -222,6 +277,16 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     pub unsafe fn gelu_mul_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
         super::gelu_mul_portable(gate, up, out)
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn softcap_avx512(x: &[f32], cap: f32, out: &mut [f32]) {
+        super::softcap_portable(x, cap, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn softcap_avx2(x: &[f32], cap: f32, out: &mut [f32]) {
+        super::softcap_portable(x, cap, out)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -291,6 +356,11 @@ mod arm {
     #[target_feature(enable = "neon")]
     pub unsafe fn gelu_mul_neon(gate: &[f32], up: &[f32], out: &mut [f32]) {
         super::gelu_mul_portable(gate, up, out)
+    }
+
+    #[target_feature(enable = "neon")]
+    pub unsafe fn softcap_neon(x: &[f32], cap: f32, out: &mut [f32]) {
+        super::softcap_portable(x, cap, out)
     }
 
     #[target_feature(enable = "neon")]
