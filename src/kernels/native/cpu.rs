@@ -238,10 +238,10 @@ fn tanh_f32(x: f32) -> f32 {
     let large = 1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0);
     let z = x * x;
     let small = (-5.704_988_7e-3f32)
-        .mul_add(z, 2.063_908_9e-2)
+        .mul_add(z, 2.063_909e-2)
         .mul_add(z, -5.373_971_6e-2)
         .mul_add(z, 1.333_144_2e-1)
-        .mul_add(z, -3.333_328_2e-1)
+        .mul_add(z, -3.333_328e-1)
         * z;
     let small = small.mul_add(x, x);
     if a < 0.625 {
