@@ -9,8 +9,9 @@ use candle_core::{DType, Device, Result, Shape, Storage, Tensor};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-const PTX_90: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_90.ptx"));
-const PTX_80: &str = include_str!(concat!(env!("OUT_DIR"), "/g4_kernels_compute_80.ptx"));
+/// g4's kernels for every target at once (build.rs): the driver picks the machine code for the
+/// GPU present, or compiles the PTX for a GPU newer than the code.
+const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/g4_kernels.fatbin"));
 
 fn cuda_device(device: &Device) -> Result<&candle_core::CudaDevice> {
     match device {
@@ -49,24 +50,35 @@ fn address(
 }
 
 /// Kernels resolved once per (device, name): a decode step launches hundreds of them, and a
-/// driver symbol lookup per launch is measurable host time.
-fn function(dev: &candle_core::CudaDevice, device: &Device, name: &str) -> Result<CudaFunction> {
+/// driver symbol lookup per launch is measurable host time. The module is loaded once per device.
+fn function(dev: &candle_core::CudaDevice, name: &str) -> Result<CudaFunction> {
+    use candle_core::cuda::cudarc::driver::CudaModule;
+    use candle_core::cuda::cudarc::nvrtc::Ptx;
     type Resolved = HashMap<(candle_core::cuda::DeviceId, String), CudaFunction>;
+    type Modules = HashMap<candle_core::cuda::DeviceId, std::sync::Arc<CudaModule>>;
     static RESOLVED: OnceLock<Mutex<Resolved>> = OnceLock::new();
+    static MODULES: OnceLock<Mutex<Modules>> = OnceLock::new();
     let key = (dev.id(), name.to_string());
     let cache = RESOLVED.get_or_init(Default::default);
     if let Some(func) = cache.lock().expect("kernel cache lock").get(&key) {
         return Ok(func.clone());
     }
-    let hopper = crate::device::compute_capability(device).is_some_and(|cc| cc >= (9, 0));
-    let (module, ptx) = if hopper {
-        ("g4_kernels_90", PTX_90)
-    } else {
-        ("g4_kernels_80", PTX_80)
+    let module = {
+        let mut modules = MODULES
+            .get_or_init(Default::default)
+            .lock()
+            .expect("module cache lock");
+        match modules.get(&dev.id()) {
+            Some(module) => module.clone(),
+            None => {
+                let context = dev.cuda_stream().context().clone();
+                let module = context.load_module(Ptx::from_binary(FATBIN.to_vec())).w()?;
+                modules.insert(dev.id(), module.clone());
+                module
+            }
+        }
     };
-    let func = dev
-        .get_or_load_custom_func(name, module, ptx)?
-        .into_cuda_function();
+    let func = module.load_function(name).w()?;
     cache
         .lock()
         .expect("kernel cache lock")
@@ -76,7 +88,7 @@ fn function(dev: &candle_core::CudaDevice, device: &Device, name: &str) -> Resul
 
 pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
     let dev = cuda_device(device)?;
-    let func = function(dev, device, name)?;
+    let func = function(dev, name)?;
     let stream = dev.cuda_stream();
     enum Value {
         Pointer(u64),
