@@ -91,7 +91,10 @@ struct DecoderLayer {
     /// Read once at load: multiplying by a host scalar is one contiguous kernel, where a
     /// broadcast against a one-element tensor is a strided one.
     layer_scalar: f64,
-    q_proj: Tensor,
+    /// The attention's input projection: `[q ‖ k ‖ v]` rows stacked at load on layers that
+    /// compute their own K/V (`[q ‖ k]` on k_eq_v layers), q alone on KV-consumer layers. One
+    /// projection instead of three: at decode sizes each is one GEMV launch streaming its weights.
+    qkv_proj: Tensor,
     q_norm: Tensor,
     o_proj: Tensor,
     own_kv: Option<KvProjection>,
@@ -100,11 +103,11 @@ struct DecoderLayer {
     ple: Option<LayerPle>,
 }
 
+/// What a layer that computes its own K/V adds to q (its projections are in `qkv_proj`).
 struct KvProjection {
-    k_proj: Tensor,
     k_norm: Tensor,
-    /// Absent on k_eq_v layers, where V is the raw K projection.
-    v_proj: Option<Tensor>,
+    /// False on k_eq_v layers, where V is the raw K projection.
+    has_v: bool,
 }
 
 struct Mlp {
@@ -523,11 +526,9 @@ impl DecoderLayer {
             &self.post_feedforward_norm,
             &self.q_norm,
         ];
-        let attention = [&self.q_proj, &self.o_proj].into_iter().chain(
-            self.own_kv
-                .iter()
-                .flat_map(|kv| [&kv.k_proj, &kv.k_norm].into_iter().chain(&kv.v_proj)),
-        );
+        let attention = [&self.qkv_proj, &self.o_proj]
+            .into_iter()
+            .chain(self.own_kv.iter().map(|kv| &kv.k_norm));
         let mlp = [&self.mlp.gate_up, &self.mlp.down];
         let moe = self.moe.iter().flat_map(|m| {
             [
@@ -564,19 +565,22 @@ impl DecoderLayer {
         let (hd, kvh) = (spec.head_dim, spec.kv_heads);
         let p = |name: &str| format!("layers.{i}.{name}");
         let norm = |name: &str| ckpt.tensor(&p(name), &[h]);
+        let mut projections = vec![(p("self_attn.q_proj.weight"), vec![nh * hd, h])];
         let own_kv = match spec.kv_source {
-            KvSource::Own => Some(KvProjection {
-                k_proj: ckpt.tensor(&p("self_attn.k_proj.weight"), &[kvh * hd, h])?,
-                k_norm: ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd])?,
-                v_proj: if spec.k_eq_v {
-                    None
-                } else {
-                    Some(ckpt.tensor(&p("self_attn.v_proj.weight"), &[kvh * hd, h])?)
-                },
-            }),
+            KvSource::Own => {
+                projections.push((p("self_attn.k_proj.weight"), vec![kvh * hd, h]));
+                if !spec.k_eq_v {
+                    projections.push((p("self_attn.v_proj.weight"), vec![kvh * hd, h]));
+                }
+                Some(KvProjection {
+                    k_norm: ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd])?,
+                    has_v: !spec.k_eq_v,
+                })
+            }
             // Released checkpoints still ship k/v weights for consumer layers; they are dead.
             KvSource::SharedFrom(_) => None,
         };
+        let qkv_proj = ckpt.concat(&projections)?;
         let moe = match &config.moe {
             Some(m) => Some(Moe {
                 top_k: m.top_k,
@@ -617,7 +621,7 @@ impl DecoderLayer {
                 .to_dtype(DType::F64)?
                 .squeeze(0)?
                 .to_scalar::<f64>()?,
-            q_proj: ckpt.tensor(&p("self_attn.q_proj.weight"), &[nh * hd, h])?,
+            qkv_proj,
             q_norm: ckpt.tensor(&p("self_attn.q_norm.weight"), &[hd])?,
             o_proj: ckpt.tensor(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
             own_kv,
@@ -635,8 +639,13 @@ impl DecoderLayer {
 
     /// q `[1, heads, S, D]`: projection, q_norm, RoPE.
     fn project_q(&self, h: &Tensor, cos: &Tensor, sin: &Tensor, eps: f64) -> Result<Tensor> {
-        let seq = h.dim(1)?;
-        let q = linear(h, &self.q_proj)?.reshape((1, seq, (), self.spec.head_dim))?;
+        self.finish_q(&linear(h, &self.qkv_proj)?, cos, sin, eps)
+    }
+
+    /// q `[1, heads, S, D]` (normed and rotated) from its raw projection `[1, S, heads·D]`.
+    fn finish_q(&self, q: &Tensor, cos: &Tensor, sin: &Tensor, eps: f64) -> Result<Tensor> {
+        let seq = q.dim(1)?;
+        let q = q.reshape((1, seq, (), self.spec.head_dim))?;
         let q = rms_norm(&q, Some(&self.q_norm), eps)?;
         Ok(rope(&q, cos, sin)?.transpose(1, 2)?.contiguous()?)
     }
@@ -651,12 +660,21 @@ impl DecoderLayer {
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         let seq = h.dim(1)?;
-        let q = self.project_q(h, cos, sin, eps)?;
+        let (q_width, kv_width) = (
+            self.qkv_proj.dim(0)?
+                - self.spec.kv_heads * self.spec.head_dim * (1 + own.has_v as usize),
+            self.spec.kv_heads * self.spec.head_dim,
+        );
+        // One row (decode) narrows to contiguous views; longer prompts copy each part.
+        let qkv = linear(h, &self.qkv_proj)?;
+        let q = self.finish_q(&qkv.narrow(2, 0, q_width)?, cos, sin, eps)?;
         let shape = (1, seq, self.spec.kv_heads, self.spec.head_dim);
-        let k_raw = linear(h, &own.k_proj)?.reshape(shape)?;
-        let v_raw = match &own.v_proj {
-            Some(v_proj) => linear(h, v_proj)?.reshape(shape)?,
-            None => k_raw.clone(),
+        let k_raw = qkv.narrow(2, q_width, kv_width)?.reshape(shape)?;
+        let v_raw = match own.has_v {
+            true => qkv
+                .narrow(2, q_width + kv_width, kv_width)?
+                .reshape(shape)?,
+            false => k_raw.clone(),
         };
         let k = rope(&rms_norm(&k_raw, Some(&own.k_norm), eps)?, cos, sin)?;
         let v = rms_norm(&v_raw, None, eps)?;
