@@ -274,7 +274,14 @@ fn a_dtype_an_op_does_not_run_in_is_reported_not_applicable() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn cpu_arms_pass_with_avx2_forced() {
-    for op in ["linear", "gelu_mul", "gelu_and_mul", "softcap"] {
+    for op in [
+        "linear",
+        "gelu_mul",
+        "gelu_and_mul",
+        "softcap",
+        "rms_norm",
+        "rms_norm_plus_add",
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_g4"))
             .args(["probe-ops", "--op", op, "--json"])
             .env("G4_CPU_SIMD", "avx2")

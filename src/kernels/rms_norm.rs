@@ -3,7 +3,8 @@
 
 use super::check::{norm_weight, Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::{arm_for, reference, Arm, Op};
+use super::native::{self, cpu};
+use super::{arm_for, reference, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor, D};
 use rand::rngs::StdRng;
 
@@ -17,6 +18,7 @@ pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
 pub fn rms_norm_on(arm: Arm, x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, weight, eps),
+        Arm::Native(Backend::Cpu) => cpu_fwd(x, weight, None, eps),
         Arm::Native(_) => native_fwd(x, weight, eps),
     }
 }
@@ -35,6 +37,39 @@ pub fn composed(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor>
         None => normed,
     };
     normed.to_dtype(x.dtype())
+}
+
+/// CPU arm, shared with `rms_norm_plus_add`: one vectorised pass per row (`native/cpu.rs`), f32;
+/// `residual` is added to the normed rows when given.
+pub fn cpu_fwd(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    residual: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let cols = x.dim(D::Minus1)?;
+    let f32s = |t: Option<&Tensor>| t.is_none_or(|t| t.dtype() == DType::F32);
+    let (Some(simd), DType::F32, true) = (
+        cpu::simd(),
+        x.dtype(),
+        f32s(weight) && f32s(residual) && residual.is_none_or(|r| r.shape() == x.shape()),
+    ) else {
+        let normed = composed(x, weight, eps)?;
+        return residual.map_or(Ok(normed.clone()), |r| r + normed);
+    };
+    let out = cpu::with_f32(x, |x| {
+        let with_weight = |w: Option<&[f32]>| match residual {
+            Some(r) => cpu::with_f32(r, |r| {
+                cpu::rms_norm_f32(simd, x, cols, w, Some(r), eps as f32)
+            }),
+            None => Ok(cpu::rms_norm_f32(simd, x, cols, w, None, eps as f32)),
+        };
+        match weight {
+            Some(w) => cpu::with_f32(w, |w| with_weight(Some(w)))?,
+            None => with_weight(None),
+        }
+    })??;
+    Tensor::from_vec(out, x.shape(), x.device())
 }
 
 /// CUDA arm: one block per row, held in registers (src/kernels/cuda/norms.cu); rows wider than
@@ -73,7 +108,9 @@ pub fn reference(x: &[f64], cols: usize, weight: Option<&[f64]>, eps: f64) -> Ve
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(SHAPE_PATHS),
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce)
+        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .shape_paths(SHAPE_PATHS),
     cases,
     run,
     mutants: &[
@@ -102,12 +139,12 @@ pub const CONTRACT: OpContract = OpContract {
 pub(super) const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "rows up to 8192 wide",
-        path: "native: one block per row, the row held in registers",
+        path: "native: one block per row, the row held in registers (CUDA); one pass per row (CPU)",
         case: "[2, 8192]",
     },
     ShapePath {
         shapes: "rows wider than 8192",
-        path: "composed",
+        path: "composed on CUDA; the CPU arm takes them",
         case: "[1, 8200]",
     },
 ];
@@ -122,6 +159,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 8200, true),
         (5, 2560, true),
         (4, 33, false),
+        // A prompt's worth of rows: the CPU arm's threaded path.
+        (30, 2560, true),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let x = c.uniform(&[rows, cols], -3.0, 3.0)?;

@@ -2,7 +2,8 @@
 
 use super::check::{norm_weight, Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
-use super::{arm_for, reference, rms_norm, Arm, Op};
+use super::native;
+use super::{arm_for, reference, rms_norm, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
@@ -27,6 +28,7 @@ pub fn rms_norm_plus_add_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(residual, x, weight, eps),
+        Arm::Native(Backend::Cpu) => rms_norm::cpu_fwd(x, Some(weight), Some(residual), eps),
         Arm::Native(_) => native_fwd(residual, x, weight, eps),
     }
 }
@@ -72,7 +74,9 @@ pub fn reference(residual: &[f64], x: &[f64], cols: usize, weight: &[f64], eps: 
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(rms_norm::SHAPE_PATHS),
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce)
+        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .shape_paths(rms_norm::SHAPE_PATHS),
     cases,
     run,
     mutants: &[Mutant {
@@ -89,7 +93,15 @@ pub const CONTRACT: OpContract = OpContract {
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    for (rows, cols) in [(1, 64), (3, 257), (2, 8192), (1, 8200), (5, 2560)] {
+    // The last is a prompt's worth of rows: the CPU arm's threaded path.
+    for (rows, cols) in [
+        (1, 64),
+        (3, 257),
+        (2, 8192),
+        (1, 8200),
+        (5, 2560),
+        (30, 2560),
+    ] {
         let mut c = Builder::new(device, dtype, rng);
         let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
         let x = c.uniform(&[rows, cols], -3.0, 3.0)?;

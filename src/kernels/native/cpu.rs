@@ -192,9 +192,77 @@ fn gelu_mul_portable(gate: &[f32], up: &[f32], out: &mut [f32]) {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         let t = SQRT_2_OVER_PI * g.mul_add(0.044715 * g * g, g);
-        *o = g * u / (1.0 + exp_f32((-2.0 * t).min(88.0)));
+        let e = -2.0 * t;
+        *o = g * u / (1.0 + exp_f32(if e > 88.0 { 88.0 } else { e }));
     }
 }
+
+/// Gemma's RMSNorm in f32 over rows of `cols`: `x / √(mean(x²) + eps) · weight`, plus `residual`
+/// when given (`rms_norm_plus_add`).
+pub fn rms_norm_f32(
+    simd: Simd,
+    x: &[f32],
+    cols: usize,
+    weight: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    eps: f32,
+) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    let row = |(r, out): (usize, &mut [f32])| {
+        let x = &x[r * cols..(r + 1) * cols];
+        let residual = residual.map(|res| &res[r * cols..(r + 1) * cols]);
+        match simd {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
+            Simd::Avx512 => unsafe { x86::rms_norm_avx512(x, weight, residual, eps, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
+            Simd::Avx2Fma => unsafe { x86::rms_norm_avx2(x, weight, residual, eps, out) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `simd()` chose NEON only where the CPU reports it.
+            Simd::Neon => unsafe { arm::rms_norm_neon(x, weight, residual, eps, out) },
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("simd() never returns an instruction set of another architecture"),
+        }
+    };
+    if out.len() < PARALLEL_ELEMENTS {
+        out.chunks_mut(cols.max(1)).enumerate().for_each(row);
+    } else {
+        out.par_chunks_mut(cols.max(1)).enumerate().for_each(row);
+    }
+    out
+}
+
+/// One row of [`rms_norm_f32`]; the sum of squares keeps `LANES` partial sums so that it
+/// vectorises.
+#[inline(always)]
+fn rms_norm_portable(
+    x: &[f32],
+    weight: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    eps: f32,
+    out: &mut [f32],
+) {
+    let mut partial = [0f32; LANES];
+    let whole = x.len() / LANES * LANES;
+    for chunk in x[..whole].chunks_exact(LANES) {
+        for (p, &v) in partial.iter_mut().zip(chunk) {
+            *p = v.mul_add(v, *p);
+        }
+    }
+    let mut squares: f32 = partial.iter().sum();
+    for &v in &x[whole..] {
+        squares = v.mul_add(v, squares);
+    }
+    let inv = 1.0 / (squares / x.len() as f32 + eps).sqrt();
+    for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+        let normed = v * inv * weight.map_or(1.0, |w| w[i]);
+        *o = residual.map_or(normed, |res| res[i] + normed);
+    }
+}
+
+/// f32 lanes of the portable kernels' partial sums: two AVX-512 vectors, four AVX2 ones.
+const LANES: usize = 32;
 
 /// `c · tanh(x / c)` in f32.
 pub fn softcap_f32(simd: Simd, x: &[f32], cap: f32) -> Vec<f32> {
@@ -231,10 +299,11 @@ fn softcap_portable(x: &[f32], cap: f32, out: &mut [f32]) {
 }
 
 /// `tanh` to a few ulp, branch-free (Cephes' tanhf): an odd polynomial below |x| = 0.625, where
-/// `1 − 2 / (e^2|x| + 1)` would cancel, that form above it.
+/// `1 − 2 / (e^2|x| + 1)` would cancel, that form above it. NaN stays NaN (so that the logits'
+/// finiteness check sees it): the clamp is a comparison, not `min`, which would drop it.
 #[inline(always)]
 fn tanh_f32(x: f32) -> f32 {
-    let a = x.abs().min(44.0);
+    let a = if x.abs() > 44.0 { 44.0 } else { x.abs() };
     let large = 1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0);
     let z = x * x;
     let small = (-5.704_988_7e-3f32)
@@ -252,12 +321,13 @@ fn tanh_f32(x: f32) -> f32 {
 }
 
 /// `e^x` for x ≤ 88 to about 1 ulp: x = n·ln2 + r with |r| ≤ ln2/2, e^r by Cephes' degree-6
-/// polynomial, 2^n put in the exponent bits. Below −87 it flushes to 0.
+/// polynomial, 2^n put in the exponent bits. Below −87 it flushes to 0; NaN gives NaN.
 #[inline(always)]
 fn exp_f32(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let x = x.max(-87.0);
+    // A comparison, not `max`, so that NaN stays NaN.
+    let x = if x < -87.0 { -87.0 } else { x };
     let n = (x * std::f32::consts::LOG2_E).round();
     let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
     let p = 1.987_569_1e-4f32
@@ -282,6 +352,28 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     pub unsafe fn softcap_avx512(x: &[f32], cap: f32, out: &mut [f32]) {
         super::softcap_portable(x, cap, out)
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn rms_norm_avx512(
+        x: &[f32],
+        weight: Option<&[f32]>,
+        residual: Option<&[f32]>,
+        eps: f32,
+        out: &mut [f32],
+    ) {
+        super::rms_norm_portable(x, weight, residual, eps, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn rms_norm_avx2(
+        x: &[f32],
+        weight: Option<&[f32]>,
+        residual: Option<&[f32]>,
+        eps: f32,
+        out: &mut [f32],
+    ) {
+        super::rms_norm_portable(x, weight, residual, eps, out)
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -364,6 +456,17 @@ mod arm {
     }
 
     #[target_feature(enable = "neon")]
+    pub unsafe fn rms_norm_neon(
+        x: &[f32],
+        weight: Option<&[f32]>,
+        residual: Option<&[f32]>,
+        eps: f32,
+        out: &mut [f32],
+    ) {
+        super::rms_norm_portable(x, weight, residual, eps, out)
+    }
+
+    #[target_feature(enable = "neon")]
     pub unsafe fn dot_neon<const M: usize>(x: &[f32], w: &[f32], k: usize, sums: &mut [f32]) {
         const L: usize = 4;
         let mut acc = [[vdupq_n_f32(0.0); 2]; M];
@@ -384,6 +487,43 @@ mod arm {
                 sum += x[r * k + i] * w[i];
             }
             sums[r] = sum;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A NaN input stays NaN through every elementwise kernel and each instruction set this CPU
+    /// has: the logits' finiteness gate depends on it (a clamp written with min/max once turned
+    /// a NaN logit into the cap).
+    #[test]
+    fn nan_propagates_through_the_elementwise_kernels() {
+        let Some(widest) = simd() else {
+            return;
+        };
+        let mut sets = vec![widest];
+        #[cfg(target_arch = "x86_64")]
+        if widest == Simd::Avx512
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
+            sets.push(Simd::Avx2Fma);
+        }
+        // Long enough for the vector bodies, with NaN in the body and in the tail.
+        let mut x: Vec<f32> = (0..100).map(|i| i as f32 * 0.37 - 18.0).collect();
+        x[40] = f32::NAN;
+        x[99] = f32::NAN;
+        for simd in sets {
+            let capped = softcap_f32(simd, &x, 30.0);
+            let gated = gelu_mul_f32(simd, &x, &x, x.len(), x.len());
+            for (i, v) in x.iter().enumerate() {
+                assert_eq!(capped[i].is_nan(), v.is_nan(), "{simd:?} softcap at {i}");
+                assert_eq!(gated[i].is_nan(), v.is_nan(), "{simd:?} gelu_mul at {i}");
+            }
+            let normed = rms_norm_f32(simd, &x, 50, None, None, 1e-6);
+            assert!(normed[..50].iter().all(|v| v.is_nan()), "{simd:?} rms_norm");
         }
     }
 }
