@@ -77,6 +77,45 @@ pub fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Resu
     Ok(f(&all[start..start + t.elem_count()]))
 }
 
+/// Defines `fn $name(simd: Simd, args…)` running the portable body `$portable` compiled for the
+/// instruction set `simd` names: one `#[target_feature]` copy per set, each vectorised by the
+/// compiler to that set's width.
+macro_rules! simd_kernel {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) => $portable:ident) => {
+        $(#[$doc])*
+        fn $name(simd: Simd, $($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f")]
+            unsafe fn avx512($($arg: $ty),*) {
+                $portable($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) {
+                $portable($($arg),*)
+            }
+            #[cfg(target_arch = "aarch64")]
+            #[target_feature(enable = "neon")]
+            unsafe fn neon($($arg: $ty),*) {
+                $portable($($arg),*)
+            }
+            match simd {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
+                Simd::Avx512 => unsafe { avx512($($arg),*) },
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
+                Simd::Avx2Fma => unsafe { avx2($($arg),*) },
+                #[cfg(target_arch = "aarch64")]
+                // SAFETY: `simd()` chose NEON only where the CPU reports it.
+                Simd::Neon => unsafe { neon($($arg),*) },
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("simd() never returns an instruction set of another architecture"),
+            }
+        }
+    };
+}
+
 /// Rows of X the GEMV takes (its accumulators stay in registers).
 pub const GEMV_MAX_ROWS: usize = 8;
 
@@ -168,20 +207,9 @@ pub fn gelu_mul_f32(simd: Simd, gate: &[f32], up: &[f32], width: usize, pitch: u
     out
 }
 
-fn gelu_mul_row(simd: Simd, gate: &[f32], up: &[f32], out: &mut [f32]) {
-    match simd {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
-        Simd::Avx512 => unsafe { x86::gelu_mul_avx512(gate, up, out) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
-        Simd::Avx2Fma => unsafe { x86::gelu_mul_avx2(gate, up, out) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: `simd()` chose NEON only where the CPU reports it.
-        Simd::Neon => unsafe { arm::gelu_mul_neon(gate, up, out) },
-        #[allow(unreachable_patterns)]
-        _ => unreachable!("simd() never returns an instruction set of another architecture"),
-    }
+simd_kernel! {
+    /// One row of [`gelu_mul_f32`].
+    fn gelu_mul_row(gate: &[f32], up: &[f32], out: &mut [f32]) => gelu_mul_portable
 }
 
 /// `gelu_tanh(g)·u` written as `g·u / (1 + e^(−2·√(2/π)·(g + 0.044715·g³)))` (the same function:
@@ -211,19 +239,7 @@ pub fn rms_norm_f32(
     let row = |(r, out): (usize, &mut [f32])| {
         let x = &x[r * cols..(r + 1) * cols];
         let residual = residual.map(|res| &res[r * cols..(r + 1) * cols]);
-        match simd {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
-            Simd::Avx512 => unsafe { x86::rms_norm_avx512(x, weight, residual, eps, out) },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
-            Simd::Avx2Fma => unsafe { x86::rms_norm_avx2(x, weight, residual, eps, out) },
-            #[cfg(target_arch = "aarch64")]
-            // SAFETY: `simd()` chose NEON only where the CPU reports it.
-            Simd::Neon => unsafe { arm::rms_norm_neon(x, weight, residual, eps, out) },
-            #[allow(unreachable_patterns)]
-            _ => unreachable!("simd() never returns an instruction set of another architecture"),
-        }
+        rms_norm_row(simd, x, weight, residual, eps, out);
     };
     if out.len() < PARALLEL_ELEMENTS {
         out.chunks_mut(cols.max(1)).enumerate().for_each(row);
@@ -231,6 +247,17 @@ pub fn rms_norm_f32(
         out.par_chunks_mut(cols.max(1)).enumerate().for_each(row);
     }
     out
+}
+
+simd_kernel! {
+    /// One row of [`rms_norm_f32`].
+    fn rms_norm_row(
+        x: &[f32],
+        weight: Option<&[f32]>,
+        residual: Option<&[f32]>,
+        eps: f32,
+        out: &mut [f32]
+    ) => rms_norm_portable
 }
 
 /// One row of [`rms_norm_f32`]; the sum of squares keeps `LANES` partial sums so that it
@@ -268,19 +295,7 @@ const LANES: usize = 32;
 pub fn softcap_f32(simd: Simd, x: &[f32], cap: f32) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
     let chunk = PARALLEL_ELEMENTS;
-    let pass = |(x, out): (&[f32], &mut [f32])| match simd {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `simd()` chose AVX-512F only where the CPU reports it.
-        Simd::Avx512 => unsafe { x86::softcap_avx512(x, cap, out) },
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `simd()` chose AVX2+FMA only where the CPU reports both.
-        Simd::Avx2Fma => unsafe { x86::softcap_avx2(x, cap, out) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: `simd()` chose NEON only where the CPU reports it.
-        Simd::Neon => unsafe { arm::softcap_neon(x, cap, out) },
-        #[allow(unreachable_patterns)]
-        _ => unreachable!("simd() never returns an instruction set of another architecture"),
-    };
+    let pass = |(x, out): (&[f32], &mut [f32])| softcap_chunk(simd, x, cap, out);
     if x.len() < 2 * chunk {
         pass((x, &mut out));
     } else {
@@ -289,6 +304,11 @@ pub fn softcap_f32(simd: Simd, x: &[f32], cap: f32) -> Vec<f32> {
             .for_each(pass);
     }
     out
+}
+
+simd_kernel! {
+    /// A stretch of [`softcap_f32`].
+    fn softcap_chunk(x: &[f32], cap: f32, out: &mut [f32]) => softcap_portable
 }
 
 #[inline(always)]
@@ -343,48 +363,6 @@ fn exp_f32(x: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
-
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn gelu_mul_avx512(gate: &[f32], up: &[f32], out: &mut [f32]) {
-        super::gelu_mul_portable(gate, up, out)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn softcap_avx512(x: &[f32], cap: f32, out: &mut [f32]) {
-        super::softcap_portable(x, cap, out)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn rms_norm_avx512(
-        x: &[f32],
-        weight: Option<&[f32]>,
-        residual: Option<&[f32]>,
-        eps: f32,
-        out: &mut [f32],
-    ) {
-        super::rms_norm_portable(x, weight, residual, eps, out)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rms_norm_avx2(
-        x: &[f32],
-        weight: Option<&[f32]>,
-        residual: Option<&[f32]>,
-        eps: f32,
-        out: &mut [f32],
-    ) {
-        super::rms_norm_portable(x, weight, residual, eps, out)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn softcap_avx2(x: &[f32], cap: f32, out: &mut [f32]) {
-        super::softcap_portable(x, cap, out)
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn gelu_mul_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
-        super::gelu_mul_portable(gate, up, out)
-    }
 
     /// M rows of X against one W row: two vectors of W per step (two independent FMA chains
     /// per row even when M = 1), the tail in scalar.
@@ -444,27 +422,6 @@ mod x86 {
 #[cfg(target_arch = "aarch64")]
 mod arm {
     use std::arch::aarch64::*;
-
-    #[target_feature(enable = "neon")]
-    pub unsafe fn gelu_mul_neon(gate: &[f32], up: &[f32], out: &mut [f32]) {
-        super::gelu_mul_portable(gate, up, out)
-    }
-
-    #[target_feature(enable = "neon")]
-    pub unsafe fn softcap_neon(x: &[f32], cap: f32, out: &mut [f32]) {
-        super::softcap_portable(x, cap, out)
-    }
-
-    #[target_feature(enable = "neon")]
-    pub unsafe fn rms_norm_neon(
-        x: &[f32],
-        weight: Option<&[f32]>,
-        residual: Option<&[f32]>,
-        eps: f32,
-        out: &mut [f32],
-    ) {
-        super::rms_norm_portable(x, weight, residual, eps, out)
-    }
 
     #[target_feature(enable = "neon")]
     pub unsafe fn dot_neon<const M: usize>(x: &[f32], w: &[f32], k: usize, sums: &mut [f32]) {
