@@ -48,6 +48,8 @@ INVALID_FLAGS = [
     ("--device", ["tpu", "cuda:x", "cpu:0:1", "metal:99"]),
     ("--dtype", ["int4", "fp8", "", "f64"]),
     ("--seed", ["-1", "x"]),
+    ("--ple", ["gpu", "", "HOST"]),
+    ("--prompt-ids", ["", "x", "1,,x", "-3", "4294967296", "99999999"]),
 ]
 
 
