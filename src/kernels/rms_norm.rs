@@ -55,7 +55,10 @@ pub fn cpu_fwd(
         f32s(weight) && f32s(residual) && residual.is_none_or(|r| r.shape() == x.shape()),
     ) else {
         let normed = composed(x, weight, eps)?;
-        return residual.map_or(Ok(normed.clone()), |r| r + normed);
+        return match residual {
+            Some(r) => r + normed,
+            None => Ok(normed),
+        };
     };
     let out = cpu::with_f32(x, |x| {
         let with_weight = |w: Option<&[f32]>| match residual {

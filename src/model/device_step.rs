@@ -95,11 +95,14 @@ impl DeviceStep {
     /// Sets the next step's token (and the id its per-layer embedding reads) and position.
     pub fn set(&self, token: u32, ple_token: u32, position: usize) -> Result<()> {
         let ring_slot = position % self.window.max(1);
-        let host = Tensor::new(
-            &[token, ple_token, position as u32, ring_slot as u32],
-            self.inputs.device(),
-        )?;
-        self.inputs.slice_set(&host, 0, 0)?;
+        let values = [token, ple_token, position as u32, ring_slot as u32];
+        // Through the same staging as every host-to-device input: no allocation per token.
+        crate::kernels::native::upload_rows(&self.inputs, &mut |range, out| {
+            for (bytes, value) in out.chunks_exact_mut(4).zip(&values[range]) {
+                bytes.copy_from_slice(&value.to_le_bytes());
+            }
+            Ok(())
+        })?;
         Ok(())
     }
 

@@ -253,14 +253,17 @@ impl Gemma4 {
         }
         let ids_t = Tensor::new(ids, &self.device)?;
         let ple_ids: Vec<u32> = ids.iter().map(|&id| self.ple_id(id)).collect();
-        let ple_ids_t = if ple_ids == ids {
-            ids_t.clone()
-        } else {
-            Tensor::new(ple_ids.as_slice(), &self.device)?
+        // A device table gathers by ids on the device: the remapped ids go up only when they
+        // differ; a host table never needs them there.
+        let ple_ids_t = match self.ple_placement() {
+            Some(PlePlacement::Device) if ple_ids != ids => {
+                Some(Tensor::new(ple_ids.as_slice(), &self.device)?)
+            }
+            _ => None,
         };
         let ple_rows = match self.ple_placement() {
             Some(PlePlacement::Host) => TokenRows::HostIds(&ple_ids),
-            _ => TokenRows::Ids(&ple_ids_t),
+            _ => TokenRows::Ids(ple_ids_t.as_ref().unwrap_or(&ids_t)),
         };
         let rope = [
             self.rope_sliding.rows(start, seq)?,
