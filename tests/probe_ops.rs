@@ -295,7 +295,18 @@ fn cpu_arms_pass_with_avx2_forced() {
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let arms = report["ops"][0]["arms"].as_array().unwrap();
         let cpu = arms.iter().find(|a| a["backend"] == "cpu").unwrap();
+        let table = Command::new(env!("CARGO_BIN_EXE_g4"))
+            .args(["probe-ops", "--op", op])
+            .env("G4_CPU_SIMD", "avx2")
+            .output()
+            .unwrap();
+        let header = String::from_utf8_lossy(&table.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            assert!(header.contains("CPU arms in AVX2+FMA"), "{header}");
             assert_eq!(cpu["status"], "available", "{op}");
             assert_eq!(cpu["check"]["ok"], true, "{op}");
         } else {

@@ -120,7 +120,19 @@ fn print_table(
     } else {
         features.join(", ")
     };
-    let capability = capability.map_or(String::new(), |c| format!(", compute capability {c}"));
+    let capability = match (capability, device) {
+        (Some(c), _) => format!(", compute capability {c}"),
+        (None, "cpu") => g4::kernels::native::cpu::simd().map_or_else(
+            || {
+                format!(
+                    ", no SIMD the CPU arms use ({})",
+                    g4::kernels::native::cpu::REQUIREMENT
+                )
+            },
+            |simd| format!(", CPU arms in {}", simd.name()),
+        ),
+        (None, _) => String::new(),
+    };
     println!("device {device}{capability}; build features: {features}; input seed {seed}");
     println!();
     let selected_width = reports
