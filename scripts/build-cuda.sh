@@ -3,7 +3,7 @@
 # The CUDA 13.0 toolchain and link libraries come from pinned PyPI wheels in a venv outside the
 # repo; libcuda.so (a driver library) is replaced at link time by a stub exporting the cu* symbols
 # the objects reference — at run time the real driver is found by its soname. Idempotent: a second
-# run with nothing changed only re-runs cargo. Output: target/cuda/release/g4.
+# run with nothing changed only re-runs cargo. Output: target/cuda/release/g4, and COMMIT beside it.
 #
 #   scripts/build-cuda.sh            # build
 #   scripts/build-cuda.sh --env      # print the environment lines, for `eval` (e.g. nvcc checks)
@@ -51,4 +51,6 @@ if [ ! -f "$LINKS/libcuda.so" ]; then
 fi
 
 cargo build --release --features cuda --target-dir target/cuda
-echo "build-cuda: target/cuda/release/g4"
+# The commit it was built from, for scripts/gpu-check.sh to record beside what it measures.
+git describe --always --dirty > target/cuda/release/COMMIT 2>/dev/null || echo unknown > target/cuda/release/COMMIT
+echo "build-cuda: target/cuda/release/g4 ($(cat target/cuda/release/COMMIT))"

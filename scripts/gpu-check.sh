@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|ple|moe|moe-reference|moe-parity ...]
-#   (default: probe goldens bench; g4bench: g4 alone; moe: g4 on a random-weight 26B-A4B,
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|profile|ple|moe|moe-reference|moe-parity|moe-profile ...]
+#   (default: probe goldens bench; g4bench: g4 alone; profile / moe-profile: per-kernel time of
+#   a 512-token prefill and a decode step of E4B / 26B-A4B (scripts/kernel_breakdown.py, ncu);
+#   moe: g4 on a random-weight 26B-A4B,
 #   moe-reference: transformers beside it, moe-parity: g4 f32/bf16 and transformers bf16 against
 #   transformers f32 on it; ple: E4B and E2B with the per-layer table on the host and on the
 #   device, side by side; G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
+# Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
+FAILED=0
+trap 'FAILED=1; echo "gpu-check: FAILED (exit $?): line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
 STEPS="${*:-probe goldens bench}"
@@ -14,6 +19,10 @@ export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRAR
 G4=${G4:-target/cuda/release/g4}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+# What was measured: the binary's hash, and the commit scripts/build-cuda.sh built it from.
+{ echo "binary $(sha256sum "$G4" | cut -c1-16) built from $(cat "$(dirname "$G4")/COMMIT" 2>/dev/null || echo 'an unknown commit')"; } | tee -a "$OUT/gpu.txt"
+# A 512-token prompt of fixed ids for the profiles (any ids in every preset's vocabulary).
+PROFILE_PROMPT=$(python3 -c "print(','.join(str(2 + (i * 7919) % 30000) for i in range(512)))")
 
 if [[ " $STEPS " == *" probe "* ]]; then
   echo "== probe-ops --device cuda --perf"
@@ -30,12 +39,19 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   echo "== verify-golden --device cuda --dtype bf16 (top-1 agreement)"
   $G4 verify-golden --device cuda --dtype bf16 | tee "$OUT/goldens-bf16.txt"
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
-  E4B=/tmp/g4-e4b
+E4B=/tmp/g4-e4b
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
+fi
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
   echo "== g4 bench E4B bf16"
   $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 --decode eager,graph -r 3 --json | tee "$OUT/bench-g4.json"
   python3 -c "import json,sys; [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in json.load(open(sys.argv[1]))['results']]" "$OUT/bench-g4.json"
+fi
+if [[ " $STEPS " == *" profile "* ]]; then
+  echo "== per-kernel time, E4B bf16 (ncu; eager decode)"
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-e4b.csv" -- $G4 generate --model "$E4B" --device cuda --dtype bf16 --decode eager -n 6 --prompt-ids "$PROFILE_PROMPT" > /dev/null \
+    && python3 scripts/kernel_breakdown.py "$OUT/ncu-e4b.csv" | tee "$OUT/profile-e4b.md"
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
@@ -64,7 +80,7 @@ for path in sorted(glob.glob(sys.argv[1] + "/bench-ple-*.json")):
     print(f"| {path.split('bench-ple-')[1][:-5]} | {d['ple']} | {m['after_load']:.0f} | {m['before_load']:.0f} | {w['device']:.0f} | {w['host']:.0f} | {rate.get('pp512')} | {rate.get('tg128')} |")
 PY
 fi
-if [[ " $STEPS " == *" moe "* || " $STEPS " == *" moe-reference "* || " $STEPS " == *" moe-parity "* ]]; then
+if [[ " $STEPS " == *" moe"* ]]; then
   MOE=/tmp/g4-26b-a4b
   rm -rf /tmp/g4-e4b  # the disk holds one full-size checkpoint at a time
   [ -f "$MOE/config.json" ] || python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn
@@ -83,3 +99,10 @@ if [[ " $STEPS " == *" moe-parity "* ]]; then
   echo "== parity: g4 f32/bf16 and transformers bf16 against transformers f32 (26B-A4B)"
   python3 scripts/moe_parity.py "$MOE" "$OUT/parity" --g4 "$G4" 2>&1 | grep -v -i warn | tee "$OUT/parity.txt"
 fi
+if [[ " $STEPS " == *" moe-profile "* ]]; then
+  echo "== per-kernel time, 26B-A4B bf16 (ncu; eager decode)"
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" -- $G4 generate --model "$MOE" --device cuda --dtype bf16 --decode eager -n 6 --prompt-ids "$PROFILE_PROMPT" > /dev/null \
+    && python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" | tee "$OUT/profile-moe.md"
+fi
+echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
+exit $FAILED
