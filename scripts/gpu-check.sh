@@ -21,8 +21,6 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 # What was measured: the binary's hash, and the commit scripts/build-cuda.sh built it from.
 { echo "binary $(sha256sum "$G4" | cut -c1-16) built from $(cat "$(dirname "$G4")/COMMIT" 2>/dev/null || echo 'an unknown commit')"; } | tee -a "$OUT/gpu.txt"
-# A 512-token prompt of fixed ids for the profiles (any ids in every preset's vocabulary).
-PROFILE_PROMPT=$(python3 -c "print(','.join(str(2 + (i * 7919) % 30000) for i in range(512)))")
 
 if [[ " $STEPS " == *" probe "* ]]; then
   echo "== probe-ops --device cuda --perf"
@@ -50,8 +48,8 @@ if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   echo "== per-kernel time, E4B bf16 (ncu; eager decode)"
-  python3 scripts/kernel_breakdown.py "$OUT/ncu-e4b.csv" -- $G4 generate --model "$E4B" --device cuda --dtype bf16 --decode eager -n 6 --prompt-ids "$PROFILE_PROMPT" > /dev/null \
-    && python3 scripts/kernel_breakdown.py "$OUT/ncu-e4b.csv" | tee "$OUT/profile-e4b.md"
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-e4b.csv" -- $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg16 --decode eager -r 1 > /dev/null
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-e4b.csv" | tee "$OUT/profile-e4b.md"
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
@@ -101,8 +99,8 @@ if [[ " $STEPS " == *" moe-parity "* ]]; then
 fi
 if [[ " $STEPS " == *" moe-profile "* ]]; then
   echo "== per-kernel time, 26B-A4B bf16 (ncu; eager decode)"
-  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" -- $G4 generate --model "$MOE" --device cuda --dtype bf16 --decode eager -n 6 --prompt-ids "$PROFILE_PROMPT" > /dev/null \
-    && python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" | tee "$OUT/profile-moe.md"
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" -- $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests pp512,tg16 --decode eager -r 1 > /dev/null
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" | tee "$OUT/profile-moe.md"
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
 exit $FAILED

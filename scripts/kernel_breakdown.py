@@ -5,7 +5,7 @@ Runs a g4 command under `ncu` (kernel durations only, clocks left alone), splits
 into forward calls at each greedy pick (`g4_argmax_merge` ends every forward call), and prints,
 for the prefill and for the median decode step, each kernel's launches and GPU time.
 
-    python3 scripts/kernel_breakdown.py OUT.csv -- G4 generate --device cuda --decode eager ...
+    python3 scripts/kernel_breakdown.py OUT.csv -- G4 bench --tests pp512,tg16 --decode eager ...
     python3 scripts/kernel_breakdown.py OUT.csv            (re-read an earlier CSV)
 
 The sum of kernel time is what the GPU spends computing; a step's wall time (g4 bench, graph
