@@ -44,18 +44,17 @@ pub fn composed(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// across rows and win.
 const CUDA_GEMV_MAX_ROWS: usize = 8;
 
-/// Threads per block of the GEMV kernel, and the warps per multiprocessor a launch aims for:
-/// each streams its columns with `G4_LINEAR_DEPTH` 16-byte loads per lane in flight, so 32
-/// warps keep ≈ 128 KiB in flight per multiprocessor, well past what hides HBM latency.
-const BLOCK_THREADS: usize = 256;
-const WIDEST_WARP: usize = 64;
-const WARPS_PER_MULTIPROCESSOR: usize = 32;
+/// Warps per block of the GEMV kernel (a power of two), and the warps a launch aims to keep
+/// streaming W: about 32 per SM of an H100/H200.
+const WARPS_PER_BLOCK: usize = 8;
+const MIN_WARPS: usize = 4096;
+/// W loads each lane issues before using them (`G4_LINEAR_BATCH`).
+const LOADS_PER_LANE: usize = 8;
 
-/// CUDA arm: for up to 8 rows, each warp streams a run of whole W rows once, keeping loads in
-/// flight across them, with one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise
-/// cuBLAS.
+/// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
+/// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
 fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, multiprocessors, vector_aligned, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, vector_aligned, Arg, Grid};
     let (rows, out_shape) = rows_of(x, w)?;
     let (m, k) = rows.dims2()?;
     let n = w.dim(0)?;
@@ -68,10 +67,14 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !vector_aligned(&rows) || !vector_aligned(&w_rows) {
         return composed(x, w);
     }
-    // Whole columns per warp (deterministic sums), as few as fill the GPU once.
-    let target_warps = multiprocessors(x.device())? * WARPS_PER_MULTIPROCESSOR;
-    let cols_per_warp = n.div_ceil(target_warps).max(1);
-    let warps = n.div_ceil(cols_per_warp);
+    // Each column's K is split over enough warps that every lane issues all its W loads in one
+    // batch (one memory round trip), and narrow projections over more, so that at least
+    // `MIN_WARPS` warps stream W.
+    let one_batch = (k / per_vector).div_ceil(32 * LOADS_PER_LANE);
+    let warps_per_col = one_batch
+        .max(MIN_WARPS.div_ceil(n))
+        .next_power_of_two()
+        .clamp(1, WARPS_PER_BLOCK);
     let out = empty((m, n), x.dtype(), x.device())?;
     let args = [
         Arg::Tensor(&rows),
@@ -80,13 +83,11 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         Arg::I32(m as i32),
         Arg::I32(n as i32),
         Arg::I32(k as i32),
-        Arg::I32(cols_per_warp as i32),
+        Arg::I32(warps_per_col as i32),
     ];
-    // Sized for 32-lane warps; where warps are wider (AMD's 64-lane wavefronts) the grid holds
-    // fewer warps than columns need, so it is sized for the widest and the spare warps return.
     let grid = Grid {
-        blocks: (warps * WIDEST_WARP).div_ceil(BLOCK_THREADS) as u32,
-        threads: BLOCK_THREADS as u32,
+        blocks: n.div_ceil(WARPS_PER_BLOCK / warps_per_col) as u32,
+        threads: (WARPS_PER_BLOCK * 32) as u32,
     };
     launch(&kernel_name("linear", x.dtype())?, x.device(), grid, &args)?;
     out.reshape(out_shape)
@@ -141,7 +142,7 @@ pub const CONTRACT: OpContract = OpContract {
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "up to 8 rows (decode), K a whole number of 16-byte vectors",
-        path: "native GEMV: W streamed once for all rows, whole columns per warp",
+        path: "native GEMV: W streamed once for all rows",
         case: "M8 N64 K512",
     },
     ShapePath {

@@ -86,25 +86,6 @@ fn function(dev: &candle_core::CudaDevice, name: &str) -> Result<CudaFunction> {
     Ok(func)
 }
 
-/// The device's multiprocessor count, asked of the driver once per device.
-pub fn multiprocessors(device: &Device) -> Result<usize> {
-    use candle_core::cuda::cudarc::driver::sys::CUdevice_attribute;
-    static COUNTS: OnceLock<Mutex<HashMap<candle_core::cuda::DeviceId, usize>>> = OnceLock::new();
-    let dev = cuda_device(device)?;
-    let mut counts = COUNTS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(&count) = counts.get(&dev.id()) {
-        return Ok(count);
-    }
-    let count = dev
-        .cuda_stream()
-        .context()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .w()?;
-    let count = usize::try_from(count).unwrap_or(1).max(1);
-    counts.insert(dev.id(), count);
-    Ok(count)
-}
-
 pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
     let dev = cuda_device(device)?;
     let func = function(dev, name)?;

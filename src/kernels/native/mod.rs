@@ -320,16 +320,6 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
     }
 }
 
-/// The device's streaming multiprocessors, for kernels that size their grid to fill the GPU
-/// once; 1 where no native backend drives `device`.
-pub fn multiprocessors(device: &Device) -> Result<usize> {
-    match device {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => cuda::multiprocessors(device),
-        _ => Ok(1),
-    }
-}
-
 /// `α·A·Bᵀ + β·C` through the vendor BLAS (a new tensor; C is not modified).
 pub fn gemm_bt_accumulate(
     a: &Tensor,
