@@ -159,10 +159,9 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, more columns
-    // than the GPU has warps (several per warp, the last run short), and last (the one `--perf`
-    // times) a decode GEMV of a model's size whose W (64 MiB in bf16) is larger than the L2
-    // cache, so its time is HBM's.
+    // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, a wide
+    // decode GEMV with 5 rows, and last (the one `--perf` times) a decode GEMV of a model's size
+    // whose W (64 MiB in bf16) is larger than the L2 cache, so its time is HBM's.
     for (m, n, k) in [
         (1, 37, 64),
         (3, 130, 264),
