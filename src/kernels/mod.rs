@@ -33,6 +33,7 @@ pub mod moe_gather_rows;
 pub mod moe_router_topk;
 pub mod moe_weighted_scatter_add;
 pub mod moe_zero;
+pub mod qkv_norm_rope;
 pub mod rms_norm;
 pub mod rms_norm_plus_add;
 pub mod rope;
@@ -87,6 +88,7 @@ fused_ops! {
     MoeZero => moe_zero,
     MoeExperts => moe_experts,
     Rope => rope,
+    QkvNormRope => qkv_norm_rope,
     Softcap => softcap,
     Attention => attention,
     Linear => linear,

@@ -120,31 +120,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let x = c.uniform(&[1, seq, heads, d], -2.0, 2.0)?;
-        let half = d / 2;
-        let rotated = if proportional { d / 8 } else { half };
-        let start = 37;
-        let angles: Vec<f64> = (0..seq)
-            .flat_map(|s| {
-                (0..half).map(move |j| {
-                    let inv = if j < rotated {
-                        10000f64.powf(-2.0 * j as f64 / d as f64)
-                    } else {
-                        0.0
-                    };
-                    (start + s) as f64 * inv
-                })
-            })
-            .collect();
-        let cos = c.values_as(
-            &[seq, half],
-            DType::F32,
-            angles.iter().map(|a| a.cos()).collect(),
-        )?;
-        let sin = c.values_as(
-            &[seq, half],
-            DType::F32,
-            angles.iter().map(|a| a.sin()).collect(),
-        )?;
+        let (cos, sin) = case_tables(&mut c, seq, d, proportional)?;
         let expected = reference(&x, seq, heads, d, &cos, &sin);
         let label = format!(
             "[1, {seq}, {heads}, {d}]{}",
@@ -154,6 +130,42 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     }
 
     Ok(cases)
+}
+
+/// cos/sin `[seq, d/2]` (f32 inputs of the case) for positions 37.., a quarter of the pairs
+/// rotated when `proportional` (the rest pass through, as full layers' zero frequencies do).
+pub fn case_tables(
+    c: &mut Builder,
+    seq: usize,
+    d: usize,
+    proportional: bool,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let half = d / 2;
+    let rotated = if proportional { d / 8 } else { half };
+    let start = 37;
+    let angles: Vec<f64> = (0..seq)
+        .flat_map(|s| {
+            (0..half).map(move |j| {
+                let inv = if j < rotated {
+                    10000f64.powf(-2.0 * j as f64 / d as f64)
+                } else {
+                    0.0
+                };
+                (start + s) as f64 * inv
+            })
+        })
+        .collect();
+    let cos = c.values_as(
+        &[seq, half],
+        DType::F32,
+        angles.iter().map(|a| a.cos()).collect(),
+    )?;
+    let sin = c.values_as(
+        &[seq, half],
+        DType::F32,
+        angles.iter().map(|a| a.sin()).collect(),
+    )?;
+    Ok((cos, sin))
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {

@@ -7,10 +7,17 @@ use super::kv_cache::{attention_mask, AttendKv, KvCache};
 use super::ple::{PerLayerEmbeddings, PlePlacement, TokenRows};
 use super::weights::Checkpoint;
 use crate::kernels::{
-    attention::attention, dual_rms_norm_plus_res::dual_rms_norm_plus_res,
-    gelu_and_mul::gelu_and_mul, gelu_mul::gelu_mul, linear::linear, moe_experts::moe_experts,
-    moe_router_topk::moe_router_topk, rms_norm::rms_norm, rms_norm_plus_add::rms_norm_plus_add,
-    rope::rope, softcap::softcap,
+    attention::attention,
+    dual_rms_norm_plus_res::dual_rms_norm_plus_res,
+    gelu_and_mul::gelu_and_mul,
+    gelu_mul::gelu_mul,
+    linear::linear,
+    moe_experts::moe_experts,
+    moe_router_topk::moe_router_topk,
+    qkv_norm_rope::{qkv_norm_rope, AttentionInputs, KvPart, QkvLayout},
+    rms_norm::rms_norm,
+    rms_norm_plus_add::rms_norm_plus_add,
+    softcap::softcap,
 };
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -370,21 +377,16 @@ impl Gemma4 {
             let kind = layer.spec.kind;
             let (cos, sin) = positions.rope(kind);
             let h = rms_norm(&x, Some(&layer.input_norm), self.config.rms_norm_eps)?;
-            let (q, k, v) = match (&layer.own_kv, layer.spec.kv_source) {
-                (Some(own), _) => {
-                    let (q, k, v) =
-                        layer.project_qkv(&h, own, cos, sin, self.config.rms_norm_eps)?;
+            let (q, own_kv) = layer.attention_inputs(&h, cos, sin, self.config.rms_norm_eps)?;
+            let (k, v) = match (own_kv, layer.spec.kv_source) {
+                (Some((k, v)), _) => {
                     let attend = positions.store(i, &layer.spec, &k, &v, seq, &self.config)?;
                     published[i] = Some((attend.k.clone(), attend.v.clone()));
-                    (q, attend.k, attend.v)
+                    (attend.k, attend.v)
                 }
-                (None, KvSource::SharedFrom(producer)) => {
-                    let q = layer.project_q(&h, cos, sin, self.config.rms_norm_eps)?;
-                    let (k, v) = published[producer]
-                        .clone()
-                        .context("internal: producer ran after consumer")?;
-                    (q, k, v)
-                }
+                (None, KvSource::SharedFrom(producer)) => published[producer]
+                    .clone()
+                    .context("internal: producer ran after consumer")?,
                 (None, KvSource::Own) => {
                     bail!("internal: layer {i} owns its K/V but has no projections")
                 }
@@ -640,52 +642,41 @@ impl DecoderLayer {
         })
     }
 
-    /// q `[1, heads, S, D]`: projection, q_norm, RoPE.
-    fn project_q(&self, h: &Tensor, cos: &Tensor, sin: &Tensor, eps: f64) -> Result<Tensor> {
-        self.finish_q(&linear(h, &self.qkv_proj)?, cos, sin, eps)
-    }
-
-    /// q `[1, heads, S, D]` (normed and rotated) from its raw projection `[1, S, heads·D]`.
-    fn finish_q(&self, q: &Tensor, cos: &Tensor, sin: &Tensor, eps: f64) -> Result<Tensor> {
-        let seq = q.dim(1)?;
-        let q = q.reshape((1, seq, (), self.spec.head_dim))?;
-        let q = rms_norm(&q, Some(&self.q_norm), eps)?;
-        Ok(rope(&q, cos, sin)?.transpose(1, 2)?.contiguous()?)
-    }
-
-    /// q, and this layer's own k and v `[1, kv_heads, S, D]` (k normed and rotated, v normed).
-    fn project_qkv(
+    /// q `[1, heads, S, D]`, and this layer's own k and v `[1, kv_heads, S, D]` when it has
+    /// them: one projection, then per-head norms (k_eq_v: v is k's raw projection, normed
+    /// without weight) and RoPE on q and k.
+    fn attention_inputs(
         &self,
         h: &Tensor,
-        own: &KvProjection,
         cos: &Tensor,
         sin: &Tensor,
         eps: f64,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        let seq = h.dim(1)?;
-        let (q_width, kv_width) = (
-            self.qkv_proj.dim(0)?
-                - self.spec.kv_heads * self.spec.head_dim * (1 + own.has_v as usize),
-            self.spec.kv_heads * self.spec.head_dim,
-        );
-        // One row (decode) narrows to contiguous views; longer prompts copy each part.
-        let qkv = linear(h, &self.qkv_proj)?;
-        let q = self.finish_q(&qkv.narrow(2, 0, q_width)?, cos, sin, eps)?;
-        let shape = (1, seq, self.spec.kv_heads, self.spec.head_dim);
-        let k_raw = qkv.narrow(2, q_width, kv_width)?.reshape(shape)?;
-        let v_raw = match own.has_v {
-            true => qkv
-                .narrow(2, q_width + kv_width, kv_width)?
-                .reshape(shape)?,
-            false => k_raw.clone(),
+    ) -> Result<AttentionInputs> {
+        let (head_dim, kv_heads) = (self.spec.head_dim, self.spec.kv_heads);
+        let kv = match &self.own_kv {
+            None => KvPart::None,
+            Some(own) if own.has_v => KvPart::KAndV,
+            Some(_) => KvPart::KAsV,
         };
-        let k = rope(&rms_norm(&k_raw, Some(&own.k_norm), eps)?, cos, sin)?;
-        let v = rms_norm(&v_raw, None, eps)?;
-        Ok((
-            q,
-            k.transpose(1, 2)?.contiguous()?,
-            v.transpose(1, 2)?.contiguous()?,
-        ))
+        let kv_width = kv_heads * head_dim * if kv == KvPart::KAndV { 2 } else { 1 };
+        let q_width = self.qkv_proj.dim(0)? - if kv == KvPart::None { 0 } else { kv_width };
+        let layout = QkvLayout {
+            q_heads: q_width / head_dim,
+            kv_heads,
+            head_dim,
+            kv,
+        };
+        let qkv = linear(h, &self.qkv_proj)?;
+        let k_norm = self.own_kv.as_ref().map(|own| &own.k_norm);
+        Ok(qkv_norm_rope(
+            &qkv,
+            layout,
+            &self.q_norm,
+            k_norm,
+            cos,
+            sin,
+            eps,
+        )?)
     }
 
     /// Everything after attention: post-norm and residual, MLP (+ MoE), PLE, layer_scalar.

@@ -90,26 +90,34 @@ pub enum TokenRows<'a> {
 /// One forward's per-layer inputs, `[1, S, 1, Dp]` for each layer.
 pub struct LayerInputs<'a> {
     ple: &'a PerLayerEmbeddings,
-    /// `[1, S, L, Dp]`: the normed projected context.
-    context: Tensor,
-    token_part: TokenPart<'a>,
+    parts: Parts<'a>,
 }
 
-enum TokenPart<'a> {
-    /// `[1, S, L, Dp]`, already scaled.
-    All(Tensor),
-    FromHost(&'a [u32]),
+enum Parts<'a> {
+    /// `[1, S, L, Dp]`: every layer's input, combined in one pass (a decode step, or a table on
+    /// the device): two launches per forward rather than two per layer.
+    Combined(Tensor),
+    /// The normed projected context `[1, S, L, Dp]`; each layer's token part is gathered from
+    /// the host table when the layer runs.
+    FromHost { context: Tensor, ids: &'a [u32] },
+}
+
+/// (context + token part) × 2^−½ (§2.2).
+fn combine(context: &Tensor, token_part: &Tensor) -> Result<Tensor> {
+    Ok(((context + token_part)? * 2f64.powf(-0.5))?)
 }
 
 impl LayerInputs<'_> {
-    /// Layer `i`'s input `[1, S, 1, Dp]`: (context + token part) × 2^−½ (§2.2).
+    /// Layer `i`'s input `[1, S, 1, Dp]`.
     pub fn layer(&self, i: usize) -> Result<Tensor> {
-        let context = self.context.narrow(2, i, 1)?;
-        let token_part = match &self.token_part {
-            TokenPart::All(all) => all.narrow(2, i, 1)?,
-            TokenPart::FromHost(ids) => self.ple.host_slice(ids, i)?.reshape(context.shape())?,
-        };
-        Ok(((context + token_part)? * 2f64.powf(-0.5))?)
+        match &self.parts {
+            Parts::Combined(all) => Ok(all.narrow(2, i, 1)?),
+            Parts::FromHost { context, ids } => {
+                let context = context.narrow(2, i, 1)?;
+                let token_part = self.ple.host_slice(ids, i)?.reshape(context.shape())?;
+                combine(&context, &token_part)
+            }
+        }
     }
 }
 
@@ -215,25 +223,23 @@ impl PerLayerEmbeddings {
     ) -> Result<LayerInputs<'a>> {
         let layers = config.num_layers();
         let seq = x0.dim(1)?;
-        let split = |rows: Tensor| -> Result<TokenPart> {
-            Ok(TokenPart::All(
-                (rows * self.table_scale)?.reshape((1, seq, layers, self.width))?,
-            ))
-        };
-        let token_part = match (rows, &self.table) {
-            (TokenRows::Ids(ids), Table::Device(table)) => split(table.index_select(ids, 0)?)?,
-            (TokenRows::Gathered(rows), Table::Host(_)) => split(rows.to_dtype(self.dtype)?)?,
-            (TokenRows::HostIds(ids), Table::Host(_)) => TokenPart::FromHost(ids),
-            _ => bail!("internal: per-layer rows do not match where the table is"),
-        };
         let context = (linear(x0, &self.model_projection)?
             * (config.hidden_size as f64).powf(-0.5))?
         .reshape((1, seq, layers, self.width))?;
         let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
-        Ok(LayerInputs {
-            ple: self,
-            context,
-            token_part,
-        })
+        let combined = |rows: Tensor| -> Result<Parts> {
+            let token_part = (rows * self.table_scale)?.reshape((1, seq, layers, self.width))?;
+            Ok(Parts::Combined(combine(&context, &token_part)?))
+        };
+        let parts = match (rows, &self.table) {
+            (TokenRows::Ids(ids), Table::Device(table)) => combined(table.index_select(ids, 0)?)?,
+            (TokenRows::Gathered(rows), Table::Host(_)) => combined(rows.to_dtype(self.dtype)?)?,
+            (TokenRows::HostIds(ids), Table::Host(_)) => Parts::FromHost {
+                context: context.clone(),
+                ids,
+            },
+            _ => bail!("internal: per-layer rows do not match where the table is"),
+        };
+        Ok(LayerInputs { ple: self, parts })
     }
 }

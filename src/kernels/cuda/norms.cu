@@ -1,4 +1,4 @@
-// rms_norm, rms_norm_plus_add, dual_rms_norm_plus_res: one block per row, f32 inside, plain
+// rms_norm, rms_norm_plus_add, dual_rms_norm_plus_res (and qkv_norm_rope, below): one block per row, f32 inside, plain
 // (not 1 + w) weight applied before the cast back — the semantics of the ops' composed arms.
 // Each thread holds its up to G4_NORM_VALUES elements of the row (and of the weights and the
 // residual) in registers, so a kernel reads memory once however many passes it makes over the
@@ -81,6 +81,68 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     }
 }
 
+// qkv_norm_rope (src/kernels/qkv_norm_rope.rs): one block per (token s, output head) of a
+// layer's stacked projection [q | k | v] (kv_code 0: q only, 1: k and v, 2: k alone, v = k's raw
+// projection). Output heads: q heads, then k and v of each kv head in turn. The head is normed
+// like rms_norm, rounded to T as rms_norm stores it, then q and k are rotated like rope through
+// shared memory (a pair's halves sit in different threads) and written heads first
+// [heads, seq, d]. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
+#define G4_QKV_MAX_HEAD_DIM 512
+
+template <typename T>
+__device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin,
+                              T* q_out, T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code,
+                              float eps) {
+    const int heads = q_heads + (kv_code ? 2 * kv_heads : 0);
+    const int parts = kv_code == 1 ? 2 : (kv_code == 2 ? 1 : 0);
+    const int width = (q_heads + kv_heads * parts) * d;
+    const int s = blockIdx.x / heads, head = blockIdx.x % heads;
+    int offset, out_head;
+    const T* w;
+    T* out;
+    bool rotate = true;
+    if (head < q_heads) {
+        offset = head * d, out_head = head, w = q_norm, out = q_out;
+    } else {
+        const int h = (head - q_heads) / 2;
+        out_head = h;
+        if ((head - q_heads) % 2 == 0) {
+            offset = (q_heads + h) * d, w = k_norm, out = k_out;
+        } else {
+            offset = ((kv_code == 1 ? q_heads + kv_heads : q_heads) + h) * d, w = nullptr, out = v_out;
+            rotate = false;
+        }
+    }
+    float v[G4_NORM_VALUES], weight[G4_NORM_VALUES];
+    load_row(qkv + (size_t)s * width + offset, d, v);
+    load_row(w, d, weight);
+    const float inv = inv_rms(v, d, eps);
+    T* dst = out + ((size_t)out_head * seq + s) * d;
+    if (!rotate) {  // the same for the whole block
+#pragma unroll
+        for (int i = 0; i < G4_NORM_VALUES; ++i) {
+            const int j = threadIdx.x + i * blockDim.x;
+            if (j < d) dst[j] = g4_from_f32<T>(v[i] * inv * weight[i]);
+        }
+        return;
+    }
+    __shared__ float row[G4_QKV_MAX_HEAD_DIM];
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < d) row[j] = g4_round<T>(v[i] * inv * weight[i]);
+    }
+    __syncthreads();
+    const int half = d / 2;
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        const int pair = j < half ? j : j - half;
+        const float c = g4_round<T>(cos[s * half + pair]), sn = g4_round<T>(sin[s * half + pair]);
+        const float a = row[pair], b = row[pair + half];
+        dst[j] = j < half ? g4_from_f32<T>(g4_round<T>(a * c) - g4_round<T>(b * sn))
+                          : g4_from_f32<T>(g4_round<T>(b * c) + g4_round<T>(a * sn));
+    }
+}
+
 #define G4_NORMS(NAME, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_##NAME(const T* x, const T* w, T* out, int cols, float eps) {   \
         rms_norm<T>(x, w, out, cols, eps);                                                                  \
@@ -93,5 +155,11 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
                                                                  const T* w2, T* out_residual, T* out_y,      \
                                                                  int cols, float eps) {                      \
         dual_rms_norm_plus_res<T>(residual, x, w1, w2, out_residual, out_y, cols, eps);                     \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope_##NAME(              \
+        const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
+        T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code, float eps) {             \
+        qkv_norm_rope<T>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, seq, q_heads, kv_heads, d,      \
+                         kv_code, eps);                                                                     \
     }
 G4_FOR_FLOAT_TYPES(G4_NORMS)
