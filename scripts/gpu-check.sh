@@ -3,7 +3,8 @@
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
 #   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|profile|ple|moe|moe-reference|moe-parity|moe-profile ...]
 #   (default: probe goldens bench; g4bench: g4 alone; profile / moe-profile: per-kernel time of
-#   a 512-token prefill and a decode step of E4B / 26B-A4B (scripts/kernel_breakdown.py, ncu);
+#   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
+#   (scripts/kernel_breakdown.py, ncu; E4B's takes about 5 minutes);
 #   moe: g4 on a random-weight 26B-A4B,
 #   moe-reference: transformers beside it, moe-parity: g4 f32/bf16 and transformers bf16 against
 #   transformers f32 on it; ple: E4B and E2B with the per-layer table on the host and on the
@@ -99,7 +100,8 @@ if [[ " $STEPS " == *" moe-parity "* ]]; then
 fi
 if [[ " $STEPS " == *" moe-profile "* ]]; then
   echo "== per-kernel time, 26B-A4B bf16 (ncu; eager decode)"
-  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" -- $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests pp512,tg16 --decode eager -r 1 > /dev/null
+  # Every launch of a 26B run under ncu takes too long: a window of launches inside the decode.
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 -- $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests tg8 --decode eager -r 1 > /dev/null
   python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" | tee "$OUT/profile-moe.md"
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"

@@ -7,6 +7,10 @@ for the prefill and for the median decode step, each kernel's launches and GPU t
 
     python3 scripts/kernel_breakdown.py OUT.csv -- G4 bench --tests pp512,tg16 --decode eager ...
     python3 scripts/kernel_breakdown.py OUT.csv            (re-read an earlier CSV)
+    python3 scripts/kernel_breakdown.py OUT.csv --window SKIP,COUNT -- G4 bench --tests tg8 ...
+        (profiles launches SKIP+1 .. SKIP+COUNT only, for a large model whose every launch
+        would take too long under ncu; the calls cut by the window are dropped, and every
+        whole call in it is taken for a decode step)
 
 The sum of kernel time is what the GPU spends computing; a step's wall time (g4 bench, graph
 decode) minus this sum is launch gaps and host work.
@@ -34,9 +38,12 @@ def ncu_binary():
     return str(candidates[-1])
 
 
-def profile(csv_path, command):
+def profile(csv_path, command, window):
     args = [ncu_binary(), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
-            "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path)] + command
+            "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path)]
+    if window:
+        args += ["--launch-skip", str(window[0]), "--launch-count", str(window[1])]
+    args += command
     result = subprocess.run(args)
     if result.returncode != 0:
         sys.exit(f"kernel_breakdown: the profiled command exited {result.returncode}")
@@ -90,13 +97,23 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     csv_path = Path(sys.argv[1])
+    ours = sys.argv[2:sys.argv.index("--")] if "--" in sys.argv else sys.argv[2:]
+    window = None
+    if ours[:1] == ["--window"] and len(ours) == 2:
+        window = [int(v) for v in ours[1].split(",")]
+    elif ours:
+        sys.exit(__doc__)
     if "--" in sys.argv:
-        profile(csv_path, sys.argv[sys.argv.index("--") + 1:])
+        profile(csv_path, sys.argv[sys.argv.index("--") + 1:], window)
     steps = split_steps(launches(csv_path))
-    if len(steps) < 2:
-        sys.exit(f"kernel_breakdown: {len(steps)} forward calls found in {csv_path}; need a prefill and a decode step")
-    table("prefill (the first forward call)", steps[0])
-    decode = steps[1:]
+    if window:
+        steps = steps[1:]  # the first was cut by the window's start
+    elif steps:
+        table("prefill (the first forward call)", steps[0])
+        steps = steps[1:]
+    if not steps:
+        sys.exit(f"kernel_breakdown: no whole decode step in {csv_path}")
+    decode = steps
     totals = [sum(ns for _, ns in s) for s in decode]
     median = decode[totals.index(statistics.median_low(totals))]
     print(f"\ndecode steps: {len(decode)}, kernel time per step µs: " + ", ".join(f"{t / 1e3:.0f}" for t in totals))
