@@ -102,7 +102,7 @@ if [[ " $STEPS " == *" moe-profile "* ]]; then
   echo "== per-kernel time, 26B-A4B bf16 (ncu; eager decode)"
   # Every launch of a 26B run under ncu takes too long: a window of launches inside the decode.
   python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 -- $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests tg8 --decode eager -r 1 > /dev/null
-  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" | tee "$OUT/profile-moe.md"
+  python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 | tee "$OUT/profile-moe.md"
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
 exit $FAILED
