@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Per-kernel time of one prefill and one decode step, measured by Nsight Compute.
 
-Runs a g4 command under `ncu` (kernel durations only, clocks left alone), splits its launches
-into forward calls at each greedy pick (`g4_argmax_merge` ends every forward call), and prints,
-for the prefill and for the median decode step, each kernel's launches and GPU time.
+Runs a g4 command under `ncu` (kernel durations only; clocks and caches left alone, as a real
+run has them), splits its launches into forward calls at each greedy pick (`g4_argmax_merge`
+ends every forward call), and prints, for the prefill and for the median decode step, each
+kernel's launches and GPU time.
 
     python3 scripts/kernel_breakdown.py OUT.csv -- G4 bench --tests pp512,tg16 --decode eager ...
     python3 scripts/kernel_breakdown.py OUT.csv            (re-read an earlier CSV)
@@ -39,7 +40,8 @@ def ncu_binary():
 
 
 def profile(csv_path, command, window):
-    args = [ncu_binary(), "--clock-control", "none", "--metrics", "gpu__time_duration.sum",
+    args = [ncu_binary(), "--clock-control", "none", "--cache-control", "none",
+            "--metrics", "gpu__time_duration.sum",
             "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(csv_path)]
     if window:
         args += ["--launch-skip", str(window[0]), "--launch-count", str(window[1])]

@@ -30,6 +30,8 @@ pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
 pub mod moe_experts;
 pub mod moe_gather_rows;
+pub mod moe_inputs;
+pub mod moe_output;
 pub mod moe_router_topk;
 pub mod moe_weighted_scatter_add;
 pub mod moe_zero;
@@ -87,6 +89,8 @@ fused_ops! {
     MoeWeightedScatterAdd => moe_weighted_scatter_add,
     MoeZero => moe_zero,
     MoeExperts => moe_experts,
+    MoeInputs => moe_inputs,
+    MoeOutput => moe_output,
     Rope => rope,
     QkvNormRope => qkv_norm_rope,
     Softcap => softcap,

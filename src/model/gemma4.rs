@@ -13,6 +13,8 @@ use crate::kernels::{
     gelu_mul::gelu_mul,
     linear::linear,
     moe_experts::moe_experts,
+    moe_inputs::moe_inputs,
+    moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
     qkv_norm_rope::{qkv_norm_rope, AttentionInputs, KvPart, QkvLayout},
     rms_norm::rms_norm,
@@ -696,13 +698,24 @@ impl DecoderLayer {
             eps,
         )?;
         let gate_up = linear(&normed, &self.mlp.gate_up)?;
-        let mut mlp_out = linear(&gelu_and_mul(&gate_up)?, &self.mlp.down)?;
-        if let Some(moe) = &self.moe {
-            let dense = rms_norm(&mlp_out, Some(&moe.post_norm_1), eps)?;
-            let experts = rms_norm(&moe.forward(&residual, eps)?, Some(&moe.post_norm_2), eps)?;
-            mlp_out = (dense + experts)?;
-        }
-        let mut x = rms_norm_plus_add(&residual, &mlp_out, &self.post_feedforward_norm, eps)?;
+        let mlp_out = linear(&gelu_and_mul(&gate_up)?, &self.mlp.down)?;
+        let mut x = match &self.moe {
+            Some(moe) => {
+                let norms = OutputNorms {
+                    dense: &moe.post_norm_1,
+                    experts: &moe.post_norm_2,
+                    block: &self.post_feedforward_norm,
+                };
+                moe_output(
+                    &residual,
+                    &mlp_out,
+                    &moe.forward(&residual, eps)?,
+                    &norms,
+                    eps,
+                )?
+            }
+            None => rms_norm_plus_add(&residual, &mlp_out, &self.post_feedforward_norm, eps)?,
+        };
         if let (Some(layer_ple), Some(ple)) = (&self.ple, ple) {
             let ple = ple.squeeze(2)?;
             let gated = gelu_mul(&linear(&x, &layer_ple.gate)?, &ple)?;
@@ -754,17 +767,15 @@ fn expert_tensor(
 }
 
 impl Moe {
-    /// The expert branch over the post-attention residual `r [1, S, H]` (§2.7).
+    /// The expert branch over the post-attention residual `r [1, S, H]` (§2.7): its f32 sum
+    /// `[1, S, H]`.
     fn forward(&self, residual: &Tensor, eps: f64) -> Result<Tensor> {
         let (_, seq, hidden) = residual.dims3()?;
         let flat = residual.reshape((seq, hidden))?;
-        let routed = rms_norm(&flat, None, eps)?
-            .broadcast_mul(&self.router_scale)?
-            .affine((hidden as f64).powf(-0.5), 0.0)?;
+        let (routed, inputs) = moe_inputs(&flat, &self.router_scale, &self.pre_norm_2, eps)?;
         let logits = linear(&routed, &self.router_proj)?;
         let (weights, experts) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
-        let inputs = rms_norm(&flat, Some(&self.pre_norm_2), eps)?;
         let acc = moe_experts(&inputs, &experts, &weights, &self.gate_up, &self.down)?;
-        Ok(acc.to_dtype(residual.dtype())?.reshape((1, seq, hidden))?)
+        Ok(acc.reshape((1, seq, hidden))?)
     }
 }

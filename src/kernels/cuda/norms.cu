@@ -1,5 +1,6 @@
-// rms_norm, rms_norm_plus_add, dual_rms_norm_plus_res (and qkv_norm_rope, below): one block per row, f32 inside, plain
-// (not 1 + w) weight applied before the cast back — the semantics of the ops' composed arms.
+// rms_norm, rms_norm_plus_add, dual_rms_norm_plus_res (and qkv_norm_rope, moe_inputs and
+// moe_output below): one block per row, f32 inside, plain (not 1 + w) weight applied before the
+// cast back — the semantics of the ops' composed arms.
 // Each thread holds its up to G4_NORM_VALUES elements of the row (and of the weights and the
 // residual) in registers, so a kernel reads memory once however many passes it makes over the
 // row (the host sizes the block so that cols ≤ G4_NORM_VALUES × blockDim).
@@ -143,6 +144,59 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
     }
 }
 
+// moe_inputs (src/kernels/moe_inputs.rs): an MoE layer's router input
+// rms_norm(r) × scale × factor and experts' input rms_norm(r; w), rounded to T after each step
+// as the composed arm stores them.
+template <typename T>
+__device__ void moe_inputs(const T* residual, const T* router_scale, const T* experts_norm, T* router_out,
+                           T* experts_out, int cols, float factor, float eps) {
+    const size_t base = (size_t)blockIdx.x * cols;
+    float v[G4_NORM_VALUES], scale[G4_NORM_VALUES], weight[G4_NORM_VALUES];
+    load_row(residual + base, cols, v);
+    load_row(router_scale, cols, scale);
+    load_row(experts_norm, cols, weight);
+    const float inv = inv_rms(v, cols, eps);
+    const float rounded_factor = g4_round<T>(factor);
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j >= cols) continue;
+        const float scaled = g4_round<T>(g4_round<T>(v[i] * inv) * scale[i]);
+        router_out[base + j] = g4_from_f32<T>(scaled * rounded_factor);
+        experts_out[base + j] = g4_from_f32<T>(v[i] * inv * weight[i]);
+    }
+}
+
+// moe_output (src/kernels/moe_output.rs): r + rms_norm(rms_norm(dense; w1) + rms_norm(T(experts); w2); w3),
+// rounded to T where the composed arm stores an intermediate. The weights are read where they
+// are used (they stay in cache), to keep the registers for the three rows.
+template <typename T>
+__device__ void moe_output(const T* residual, const T* dense, const float* experts, const T* w1, const T* w2,
+                           const T* w3, T* out, int cols, float eps) {
+    const size_t base = (size_t)blockIdx.x * cols;
+    float d[G4_NORM_VALUES], e[G4_NORM_VALUES], res[G4_NORM_VALUES];
+    load_row(dense + base, cols, d);
+    load_row(experts + base, cols, e);
+    load_row(residual + base, cols, res);
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) e[i] = g4_round<T>(e[i]);
+    const float inv_d = inv_rms(d, cols, eps), inv_e = inv_rms(e, cols, eps);
+    // d becomes the branches' sum, rounded to T as it is stored: the block's norm reads that.
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        d[i] = j < cols ? g4_round<T>(g4_round<T>(d[i] * inv_d * g4_to_f32(w1[j])) +
+                                      g4_round<T>(e[i] * inv_e * g4_to_f32(w2[j])))
+                        : 0.0f;
+    }
+    const float inv_sum = inv_rms(d, cols, eps);
+#pragma unroll
+    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < cols) out[base + j] = g4_from_f32<T>(res[i] + g4_round<T>(d[i] * inv_sum * g4_to_f32(w3[j])));
+    }
+}
+
 #define G4_NORMS(NAME, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_##NAME(const T* x, const T* w, T* out, int cols, float eps) {   \
         rms_norm<T>(x, w, out, cols, eps);                                                                  \
@@ -161,5 +215,15 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
         T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code, float eps) {             \
         qkv_norm_rope<T>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, seq, q_heads, kv_heads, d,      \
                          kv_code, eps);                                                                     \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs_##NAME(                 \
+        const T* residual, const T* router_scale, const T* experts_norm, T* router_out, T* experts_out,       \
+        int cols, float factor, float eps) {                                                                \
+        moe_inputs<T>(residual, router_scale, experts_norm, router_out, experts_out, cols, factor, eps);     \
+    }                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output_##NAME(                 \
+        const T* residual, const T* dense, const float* experts, const T* w1, const T* w2, const T* w3,      \
+        T* out, int cols, float eps) {                                                                      \
+        moe_output<T>(residual, dense, experts, w1, w2, w3, out, cols, eps);                                \
     }
 G4_FOR_FLOAT_TYPES(G4_NORMS)
