@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|profile|ple|moe|moe-reference|moe-parity|moe-profile ...]
-#   (default: probe goldens bench; g4bench: g4 alone; profile / moe-profile: per-kernel time of
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|ple|moe|moe-reference|moe-parity|moe-profile ...]
+#   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096,
+#   pp16384) and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
 #   (scripts/kernel_breakdown.py, ncu; E4B's takes about 5 minutes);
 #   moe: g4 on a random-weight 26B-A4B,
@@ -39,13 +40,19 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   $G4 verify-golden --device cuda --dtype bf16 | tee "$OUT/goldens-bf16.txt"
 fi
 E4B=/tmp/g4-e4b
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
 fi
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
   echo "== g4 bench E4B bf16"
   $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 --decode eager,graph -r 3 --json | tee "$OUT/bench-g4.json"
   python3 -c "import json,sys; [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in json.load(open(sys.argv[1]))['results']]" "$OUT/bench-g4.json"
+fi
+if [[ " $STEPS " == *" long "* ]]; then
+  echo "== g4 bench E4B bf16: long prompts, and decode after a long context"
+  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp4096,pp16384 -r 2 --json > "$OUT/bench-long-prompts.json"
+  $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests tg128 --depth 0,4096,16384 --decode graph -r 2 --json > "$OUT/bench-depth.json"
+  python3 -c "import json,sys; [print(r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for p in sys.argv[1:] for r in json.load(open(p))['results']]; print('peak GPU MiB', json.load(open(sys.argv[1]))['memory_mib']['after_tests'])" "$OUT/bench-long-prompts.json" "$OUT/bench-depth.json"
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   echo "== per-kernel time, E4B bf16 (ncu; eager decode)"

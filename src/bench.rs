@@ -1,10 +1,11 @@
 //! Throughput measurements in the spirit of llama-bench: prompt processing (`ppN`: one forward
 //! over N tokens) and token generation (`tgN`: N greedy decode steps after a one-token prompt),
-//! repeated, on the device, with the device synchronised around each timed region.
+//! repeated, on the device, with the device synchronised around each timed region. A test at a
+//! depth D (llama-bench's `-d`) runs after D tokens of context, prefilled untimed.
 
 use crate::model::session::{DecodePath, Session};
 use crate::model::{sampling::greedy, Gemma4};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
 use std::time::Instant;
@@ -37,38 +38,64 @@ impl Test {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Measurement {
+    /// `ppN` or `tgN`, with ` @ dD` at a depth D > 0 (llama-bench's naming).
     pub test: String,
     pub tokens: usize,
+    /// Tokens of context before the timed region (besides tgN's one-token prompt).
+    pub depth: usize,
     pub repetitions: usize,
     pub tokens_per_s_mean: f64,
     pub tokens_per_s_stddev: f64,
     pub samples_tokens_per_s: Vec<f64>,
 }
 
-/// Runs `test` `repetitions` times after one untimed warm-up run.
+/// Context is prefilled in pieces of this many tokens, so that a deep context costs memory for
+/// one piece's attention scores, not for the whole context's.
+const DEPTH_CHUNK: usize = 512;
+
+/// Positions a test needs: its depth, its tokens, and tgN's one-token prompt.
+pub fn positions_needed(test: Test, depth: usize) -> usize {
+    depth
+        + match test {
+            Test::Prompt(n) => n,
+            Test::Generate(n) => n + 1,
+        }
+}
+
+/// Runs `test` at `depth` `repetitions` times after one untimed warm-up run.
 pub fn measure(
     model: &Gemma4,
     test: Test,
+    depth: usize,
     decode: DecodePath,
     repetitions: usize,
     seed: u64,
 ) -> Result<Measurement> {
     let mut rng = StdRng::seed_from_u64(seed);
     let vocab = model.config().vocab_size as u32;
+    let mut random_ids =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(3..vocab)).collect() };
     let mut samples = Vec::with_capacity(repetitions);
     for rep in 0..=repetitions {
+        let mut session = Session::new(model, decode);
+        // The greedy pick after the context: where tgN's decode starts.
+        let mut picked = match test {
+            Test::Generate(_) => Some(greedy(session.prefill(&[model.config().bos_token_id])?)?),
+            Test::Prompt(_) => None,
+        };
+        for piece in random_ids(depth).chunks(DEPTH_CHUNK) {
+            picked = Some(greedy(session.prefill(piece)?)?);
+        }
         let seconds = match test {
             Test::Prompt(n) => {
-                let ids: Vec<u32> = (0..n).map(|_| rng.random_range(3..vocab)).collect();
-                let mut session = Session::new(model, decode);
+                let ids = random_ids(n);
                 model.device().synchronize()?;
                 let started = Instant::now();
                 greedy(session.prefill(&ids)?)?;
                 started.elapsed().as_secs_f64()
             }
             Test::Generate(n) => {
-                let mut session = Session::new(model, decode);
-                let mut next = greedy(session.prefill(&[model.config().bos_token_id])?)?;
+                let mut next = picked.context("internal: tgN without a prompt")?;
                 model.device().synchronize()?;
                 let started = Instant::now();
                 for _ in 0..n {
@@ -90,7 +117,11 @@ pub fn measure(
     let variance =
         samples.iter().map(|s| (s - mean).powi(2)).sum::<f64>() / (samples.len().max(2) - 1) as f64;
     Ok(Measurement {
-        test: test.name(),
+        test: match depth {
+            0 => test.name(),
+            d => format!("{} @ d{d}", test.name()),
+        },
+        depth,
         tokens: match test {
             Test::Prompt(n) | Test::Generate(n) => n,
         },

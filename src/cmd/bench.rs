@@ -2,7 +2,7 @@
 //! repetitions, as a markdown table or JSON.
 
 use anyhow::{bail, Context, Result};
-use g4::bench::{measure, Test};
+use g4::bench::{measure, positions_needed, Test};
 use g4::device::{device_name, dtype_name};
 use g4::model::ple::PlePlacement;
 use g4::model::session::DecodeChoice;
@@ -21,6 +21,10 @@ pub struct Args {
     /// Decode paths to measure side by side, e.g. eager,graph (auto, eager, graph).
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     decode: Vec<DecodeChoice>,
+    /// Context depths to run every test at, e.g. 0,4096,16384: D tokens prefilled (untimed)
+    /// before the timed region, like llama-bench's -d.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    depth: Vec<usize>,
     /// Timed repetitions per test (after one warm-up run).
     #[arg(long, short = 'r', default_value_t = 5)]
     repetitions: usize,
@@ -50,15 +54,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let load_s = started.elapsed().as_secs_f64();
     let memory_weights = g4::device::memory_in_use(&device);
     for test in &tests {
-        let needed = match test {
-            Test::Prompt(n) => *n,
-            Test::Generate(n) => n + 1,
-        };
-        if needed > context {
-            bail!(
-                "{}: needs {needed} positions but the model's context is {context}",
-                test.name()
-            );
+        for &depth in &args.depth {
+            let needed = positions_needed(*test, depth);
+            if needed > context {
+                bail!(
+                    "{} at depth {depth}: needs {needed} positions but the model's context is {context}",
+                    test.name()
+                );
+            }
         }
     }
 
@@ -74,11 +77,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             Test::Prompt(_) => &paths[..1],
             Test::Generate(_) => &paths[..],
         };
-        for &path in paths {
-            rows.push((
-                path.name(&device),
-                measure(&model, test, path, args.repetitions, 42)?,
-            ));
+        for &depth in &args.depth {
+            for &path in paths {
+                rows.push((
+                    path.name(&device),
+                    measure(&model, test, depth, path, args.repetitions, 42)?,
+                ));
+            }
         }
     }
     let memory_peak = g4::device::memory_in_use(&device);

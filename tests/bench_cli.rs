@@ -1,0 +1,50 @@
+//! `g4 bench` end to end on the embedded model: tests at several context depths, one row each,
+//! and a depth past the model's context refused before anything runs.
+
+mod common;
+use common::g4;
+
+#[test]
+fn every_test_runs_at_every_depth() {
+    let out = g4(&[
+        "bench", "--tests", "pp8,tg4", "--depth", "0,40", "-r", "1", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<(String, u64)> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let m = &r["measurement"];
+            assert!(m["tokens_per_s_mean"].as_f64().unwrap() > 0.0, "{m}");
+            (
+                m["test"].as_str().unwrap().to_string(),
+                m["depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [("pp8", 0), ("pp8 @ d40", 40), ("tg4", 0), ("tg4 @ d40", 40)];
+    assert_eq!(
+        rows,
+        expected.map(|(t, d)| (t.to_string(), d)).to_vec(),
+        "one row per test and depth, in that order"
+    );
+}
+
+#[test]
+fn a_depth_past_the_context_is_refused() {
+    // The embedded model's context is 1024 positions: 1020 + tg4's 5 do not fit.
+    let out = g4(&["bench", "--tests", "tg4", "--depth", "1020", "-r", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("tg4 at depth 1020") && stderr.contains("1025 positions"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
