@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 
-/// Parses `cpu`, `cuda`, `cuda:N`, `metal` or `metal:N` and opens the device.
+/// Parses `cpu`, `cuda`, `cuda:N`, `metal` or `metal:N` and opens the device; `hip[:N]` is
+/// understood and refused with what is missing.
 pub fn open_device(spec: &str) -> Result<Device> {
     let (kind, ordinal) = match spec.split_once(':') {
         Some((kind, n)) => {
@@ -26,8 +27,43 @@ pub fn open_device(spec: &str) -> Result<Device> {
             .map_err(|e| anyhow::anyhow!("--device {spec}: cannot open CUDA device {ordinal}: {e}")),
         "metal" => Device::new_metal(ordinal)
             .map_err(|e| anyhow::anyhow!("--device {spec}: cannot open Metal device {ordinal}: {e}")),
+        "hip" => bail!(
+            "--device {spec}: g4 cannot run on AMD GPUs yet: candle has no ROCm backend (an upstream pull request is open, unmerged) and g4 no HIP runtime arm for its kernels, which {}; {}. Use --device cpu; `g4 probe-ops` shows the HIP build",
+            match cfg!(feature = "hip") {
+                true => "this build compiled for AMD GPUs",
+                false => "this build lacks (--features hip)",
+            },
+            hip_runtime_state()
+        ),
         _ => bail!("--device {spec}: unknown device; expected cpu, cuda, cuda:N, metal or metal:N"),
     }
+}
+
+/// What the HIP runtime says about this machine, asked through dlopen so that g4 needs no ROCm
+/// to build or to run elsewhere.
+fn hip_runtime_state() -> String {
+    for name in [c"libamdhip64.so", c"libamdhip64.so.6", c"libamdhip64.so.5"] {
+        // SAFETY: dlopen/dlsym with NUL-terminated names; the symbol, when present, is
+        // hipGetDeviceCount(int*) -> hipError_t (an int), called with a live out-pointer.
+        let count = unsafe {
+            let handle = libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            if handle.is_null() {
+                continue;
+            }
+            let symbol = libc::dlsym(handle, c"hipGetDeviceCount".as_ptr());
+            if symbol.is_null() {
+                return format!("{} has no hipGetDeviceCount", name.to_string_lossy());
+            }
+            let get_count: extern "C" fn(*mut i32) -> i32 = std::mem::transmute(symbol);
+            let mut count = 0i32;
+            (get_count(&mut count), count)
+        };
+        return match count {
+            (0, n) if n > 0 => format!("the HIP runtime finds {n} AMD GPU(s)"),
+            _ => "the HIP runtime finds no AMD GPU".to_string(),
+        };
+    }
+    "the HIP runtime (libamdhip64.so) is not installed".to_string()
 }
 
 /// Parses `f32`, `bf16` or `f16` (also the torch spellings `float32`, `bfloat16`, `float16`).

@@ -213,8 +213,34 @@ fn probe_json_contract_and_honest_reasons() {
         if expected == "not-built" {
             assert!(cuda["reason"].as_str().unwrap().contains("--features cuda"));
         }
+        // HIP: g4's own kernels are compiled for AMD GPUs with --features hip, but no HIP
+        // device can run them (candle has no ROCm backend); vendor-BLAS arms have no HIP kernel.
         let hip = arms.iter().find(|a| a["backend"] == "hip").unwrap();
-        assert!(hip["reason"].as_str().unwrap().contains("ROCm"));
+        let has_hip_kernel = op
+            .native_kernels()
+            .iter()
+            .any(|k| k.backend == Backend::Hip);
+        let expected = match (has_hip_kernel, cfg!(feature = "hip")) {
+            (false, _) => "no-kernel",
+            (true, false) => "not-built",
+            (true, true) => "no-device",
+        };
+        assert_eq!(hip["reason_kind"], expected, "{}", op.name());
+        assert_eq!(
+            has_hip_kernel,
+            has_cuda_kernel && op.name() != "matmul_bt_alpha_beta"
+        );
+        let hip_reason = hip["reason"].as_str().unwrap();
+        match expected {
+            "not-built" => assert!(hip_reason.contains("--features hip"), "{hip_reason}"),
+            "no-device" => assert!(
+                hip_reason.contains("built for gfx90a, gfx942, gfx1100")
+                    && hip_reason.contains("not run on AMD hardware")
+                    && hip_reason.contains("ROCm"),
+                "{hip_reason}"
+            ),
+            _ => {}
+        }
         // The CPU arm runs and passes its check where a CPU kernel is written (and the CPU
         // has the SIMD it needs); elsewhere it says which of the two is missing.
         let cpu = arms.iter().find(|a| a["backend"] == "cpu").unwrap();
@@ -312,5 +338,29 @@ fn cpu_arms_pass_with_avx2_forced() {
         } else {
             assert_eq!(cpu["status"], "unavailable", "{op}");
         }
+    }
+}
+
+/// `--device hip` is understood and refused in one line that says what is missing, by every
+/// command (candle has no ROCm backend; the runtime's state is asked, not assumed).
+#[test]
+fn the_hip_device_is_refused_with_what_is_missing() {
+    for args in [
+        &["probe-ops", "--device", "hip"][..],
+        &["generate", "--device", "hip:1", "-n", "2"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("candle has no ROCm backend")
+                && stderr.contains("HIP runtime")
+                && stderr.contains("--device cpu"),
+            "{stderr}"
+        );
     }
 }

@@ -73,6 +73,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let features: Vec<&str> = [
         ("cuda", cfg!(feature = "cuda")),
+        ("hip", cfg!(feature = "hip")),
         ("metal", cfg!(feature = "metal")),
     ]
     .into_iter()

@@ -81,6 +81,9 @@ const NATIVE_MAX_HEAD_DIM: usize = 512;
 /// Keys per chunk of the split-K kernel, and the blocks to aim for: a decode step has only one
 /// query row per head, so its keys are what spreads the work over the GPU's SMs.
 const KEYS_PER_CHUNK: usize = 16;
+/// Warps per block of both kernels (`G4_ATTN_WARPS`: the chunk kernel strides its keys and
+/// merges its warps by this count, so a block must hold exactly this many on any warp width).
+const WARPS_PER_BLOCK: usize = 4;
 const TARGET_BLOCKS: usize = 512;
 
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
@@ -94,7 +97,7 @@ fn native_fwd(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
     if seq > CUDA_KERNEL_MAX_QUERIES {
         return composed(q, k, v, mask, scale);
@@ -149,11 +152,8 @@ fn native_fwd(
         Arg::F32(scale as f32),
         Arg::I32(splits as i32),
     ];
-    // Four warps per block, whatever the warp size.
-    let grid = Grid {
-        blocks: (rows * splits) as u32,
-        threads: 128,
-    };
+    let lanes = warp_lanes(q.device());
+    let grid = Grid::of_warps(rows * splits, WARPS_PER_BLOCK, lanes);
     let dtype = q.dtype();
     launch(&kernel_name("attention", dtype)?, q.device(), grid, &args)?;
     if let (Some(partial_acc), Some(partial_stats)) = (&partial_acc, &partial_stats) {
@@ -164,10 +164,7 @@ fn native_fwd(
             Arg::I32(head_dim as i32),
             Arg::I32(splits as i32),
         ];
-        let grid = Grid {
-            blocks: rows as u32,
-            threads: 128,
-        };
+        let grid = Grid::of_warps(rows, WARPS_PER_BLOCK, lanes);
         launch(
             &kernel_name("attention_merge", dtype)?,
             q.device(),

@@ -99,7 +99,7 @@ impl OpSpec {
         OpSpec {
             dtypes: FLOATS,
             tolerance,
-            native_kernels: native::CUDA_FLOATS,
+            native_kernels: native::GPU_FLOATS,
             shape_paths: &[],
             model_use: ModelUse::Used,
             flops: None,
@@ -110,12 +110,12 @@ impl OpSpec {
     pub const fn f32_only(self) -> OpSpec {
         OpSpec {
             dtypes: &[DType::F32],
-            native_kernels: native::CUDA_F32,
+            native_kernels: native::GPU_F32,
             ..self
         }
     }
 
-    /// Native kernels other than the default CUDA ones.
+    /// Native kernels other than g4's own GPU kernel in every float dtype.
     pub const fn native(self, native_kernels: &'static [NativeKernel]) -> OpSpec {
         OpSpec {
             native_kernels,

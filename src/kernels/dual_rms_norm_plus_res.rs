@@ -62,9 +62,9 @@ fn native_fwd(
     next_pre_norm: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, kernel_name, launch, per_row, Arg};
+    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
-    let Some(grid) = per_row(x.elem_count() / cols, cols) else {
+    let Some(grid) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
         return composed(residual, x, post_norm, next_pre_norm, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);

@@ -5,7 +5,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::native::{self, cpu};
+use super::native::{self, cpu, Grid};
 use super::{arm_for, reference, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
@@ -54,7 +54,7 @@ const LOADS_PER_LANE: usize = 8;
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
 /// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
 fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, vector_aligned, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = rows_of(x, w)?;
     let (m, k) = rows.dims2()?;
     let n = w.dim(0)?;
@@ -67,14 +67,7 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !vector_aligned(&rows) || !vector_aligned(&w_rows) {
         return composed(x, w);
     }
-    // Each column's K is split over enough warps that every lane issues all its W loads in one
-    // batch (one memory round trip), and narrow projections over more, so that at least
-    // `MIN_WARPS` warps stream W.
-    let one_batch = (k / per_vector).div_ceil(32 * LOADS_PER_LANE);
-    let warps_per_col = one_batch
-        .max(MIN_WARPS.div_ceil(n))
-        .next_power_of_two()
-        .clamp(1, WARPS_PER_BLOCK);
+    let (grid, warps_per_col) = gemv_geometry(n, k / per_vector, warp_lanes(x.device()));
     let out = empty((m, n), x.dtype(), x.device())?;
     let args = [
         Arg::Tensor(&rows),
@@ -85,12 +78,26 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
     ];
-    let grid = Grid {
-        blocks: n.div_ceil(WARPS_PER_BLOCK / warps_per_col) as u32,
-        threads: (WARPS_PER_BLOCK * 32) as u32,
-    };
     launch(&kernel_name("linear", x.dtype())?, x.device(), grid, &args)?;
     out.reshape(out_shape)
+}
+
+/// The GEMV's launch for `n` columns of `vectors` 16-byte vectors on `lanes`-wide warps, and the
+/// warps that share a column. Each column's K is split over enough warps that every lane issues
+/// all its W loads in one batch (one memory round trip), and narrow projections over more, so
+/// that at least `MIN_WARPS` warps stream W. A block holds `WARPS_PER_BLOCK` warps, so
+/// `WARPS_PER_BLOCK / warps_per_col` columns, whatever the warp width.
+fn gemv_geometry(n: usize, vectors: usize, lanes: usize) -> (Grid, usize) {
+    let one_batch = vectors.div_ceil(lanes * LOADS_PER_LANE);
+    let warps_per_col = one_batch
+        .max(MIN_WARPS.div_ceil(n))
+        .next_power_of_two()
+        .clamp(1, WARPS_PER_BLOCK);
+    let blocks = n.div_ceil(WARPS_PER_BLOCK / warps_per_col);
+    (
+        Grid::of_warps(blocks, WARPS_PER_BLOCK, lanes),
+        warps_per_col,
+    )
 }
 
 /// CPU arm: for up to 8 f32 rows, a SIMD GEMV over threads (`native/cpu.rs`); otherwise
@@ -121,7 +128,7 @@ pub fn reference(x: &[f64], w: &[f64], m: usize, n: usize, k: usize) -> Vec<f64>
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsOnce)
-        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
         .shape_paths(SHAPE_PATHS)
         .flops(gemm_flops),
     cases,
@@ -184,4 +191,35 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     Ok(vec![linear_on(arm, f(0), f(1))?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::native::WARP_WIDTHS;
+
+    /// The kernel gives each block `warps / warps_per_col` columns (its warp count read from
+    /// blockDim and warpSize): every column must fall in some block, on 32- and 64-lane warps.
+    #[test]
+    fn the_gemv_grid_covers_every_column_on_any_warp_width() {
+        for lanes in WARP_WIDTHS {
+            for (n, vectors) in [
+                (1, 8),
+                (37, 8),
+                (2560, 320),
+                (20480, 320),
+                (262144, 320),
+                (128, 2688),
+            ] {
+                let (grid, warps_per_col) = gemv_geometry(n, vectors, lanes);
+                let columns_per_block = grid.warps(lanes) / warps_per_col;
+                assert!(columns_per_block >= 1, "n {n} lanes {lanes}");
+                assert!(
+                    grid.blocks as usize * columns_per_block >= n,
+                    "n {n} lanes {lanes}"
+                );
+                assert!(grid.threads <= 1024 && grid.warps(lanes) <= 32);
+            }
+        }
+    }
 }

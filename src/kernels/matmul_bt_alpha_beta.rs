@@ -2,7 +2,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ToleranceClass};
-use super::{arm_for, reference, Arm, Op};
+use super::{arm_for, native, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
@@ -63,7 +63,9 @@ pub fn reference(
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsOnce).not_used_yet("meant for accumulating MoE expert outputs in one GEMM; the MoE path uses moe_weighted_scatter_add today").flops(gemm_flops),
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce)
+        .native(native::CUDA_BLAS_FLOATS)
+        .not_used_yet("meant for accumulating MoE expert outputs in one GEMM; the MoE path uses moe_weighted_scatter_add today").flops(gemm_flops),
     cases,
     run,
     mutants: &[

@@ -34,17 +34,13 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
 
 /// CUDA arm: one warp per output, e4m3 decoded on the fly (src/kernels/cuda/fp8.cu).
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, warp_lanes, Arg};
     let (x, weight) = (x.contiguous()?, weight.contiguous()?);
     let (m, k) = x.dims2()?;
     let n = weight.dim(0)?;
     let scale = scale.to_dtype(candle_core::DType::F32)?.contiguous()?;
     let y = empty((m, n), x.dtype(), x.device())?;
-    // Eight warps per block; 256 threads covers both 32- and 64-wide warps.
-    let grid = Grid {
-        blocks: (m * n).div_ceil(8).max(1) as u32,
-        threads: 256,
-    };
+    let grid = output_grid(m * n, warp_lanes(x.device()));
     let args = [
         Arg::Tensor(&x),
         Arg::Tensor(&weight),
@@ -103,4 +99,28 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     Ok(vec![matmul_bt_fp8_channel_on(arm, f(0), c.raw(0), f(1))?])
+}
+
+/// Warps per block of the kernel, which gives each warp one output.
+const WARPS_PER_BLOCK: usize = 8;
+
+/// One warp per output, `WARPS_PER_BLOCK` per block, on `lanes`-wide warps.
+fn output_grid(outputs: usize, lanes: usize) -> super::native::Grid {
+    super::native::Grid::of_warps(outputs.div_ceil(WARPS_PER_BLOCK), WARPS_PER_BLOCK, lanes)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::native::WARP_WIDTHS;
+
+    /// The kernel's output index is its global thread index over warpSize.
+    #[test]
+    fn the_grid_covers_every_output_on_any_warp_width() {
+        for lanes in WARP_WIDTHS {
+            for outputs in [1, 7, 8, 9, 4096 * 3] {
+                let grid = super::output_grid(outputs, lanes);
+                assert!(grid.blocks as usize * grid.warps(lanes) >= outputs);
+            }
+        }
+    }
 }

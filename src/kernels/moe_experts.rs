@@ -169,7 +169,7 @@ fn native_fwd(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, vector_aligned, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (tokens, hidden) = x.dims2()?;
     let slots = ids.dim(1)?;
     let width = down.dim(2)?;
@@ -194,14 +194,12 @@ fn native_fwd(
     let weights = weights.to_dtype(DType::F32)?.contiguous()?;
     let h = empty((tokens * slots, width), x.dtype(), x.device())?;
     let out = empty((tokens, hidden), DType::F32, x.device())?;
-    let threads = (WARPS_PER_BLOCK * 32) as u32;
+    let lanes = warp_lanes(x.device());
+    let (gate_up_grid, down_grid) = expert_grids(tokens, slots, hidden, width, lanes);
     launch(
         &kernel_name("moe_experts_gate_up", x.dtype())?,
         x.device(),
-        Grid {
-            blocks: (tokens * slots * width.div_ceil(WARPS_PER_BLOCK)) as u32,
-            threads,
-        },
+        gate_up_grid,
         &[
             Arg::Tensor(&x),
             Arg::Tensor(&ids),
@@ -215,10 +213,7 @@ fn native_fwd(
     launch(
         &kernel_name("moe_experts_down", x.dtype())?,
         x.device(),
-        Grid {
-            blocks: (tokens * hidden.div_ceil(WARPS_PER_BLOCK)) as u32,
-            threads,
-        },
+        down_grid,
         &[
             Arg::Tensor(&h),
             Arg::Tensor(&ids),
@@ -368,4 +363,58 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     Ok(vec![moe_experts_on(arm, f(0), c.raw(0), f(1), f(2), f(3))?])
+}
+
+/// The two kernels' launches: gate_up gives a warp each (row, column) of the `tokens · slots`
+/// rows of width `width`, down each (token, output column); blocks of `WARPS_PER_BLOCK` warps
+/// on `lanes`-wide warps.
+fn expert_grids(
+    tokens: usize,
+    slots: usize,
+    hidden: usize,
+    width: usize,
+    lanes: usize,
+) -> (super::native::Grid, super::native::Grid) {
+    use super::native::Grid;
+    (
+        Grid::of_warps(
+            tokens * slots * width.div_ceil(WARPS_PER_BLOCK),
+            WARPS_PER_BLOCK,
+            lanes,
+        ),
+        Grid::of_warps(
+            tokens * hidden.div_ceil(WARPS_PER_BLOCK),
+            WARPS_PER_BLOCK,
+            lanes,
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::native::WARP_WIDTHS;
+
+    /// The kernels read their block's warp count from blockDim and warpSize and walk rows (or
+    /// tokens) block by block: every block must hold `WARPS_PER_BLOCK` warps.
+    #[test]
+    fn the_grids_cover_every_output_on_any_warp_width() {
+        for lanes in WARP_WIDTHS {
+            for (tokens, slots, hidden, width) in
+                [(1, 8, 2816, 704), (3, 2, 64, 24), (8, 8, 100, 9)]
+            {
+                let (gate_up, down) = super::expert_grids(tokens, slots, hidden, width, lanes);
+                for grid in [gate_up, down] {
+                    assert_eq!(grid.warps(lanes), super::WARPS_PER_BLOCK);
+                }
+                let per_row = width.div_ceil(super::WARPS_PER_BLOCK);
+                assert_eq!(gate_up.blocks as usize, tokens * slots * per_row);
+                assert!(per_row * super::WARPS_PER_BLOCK >= width);
+                let per_token = hidden.div_ceil(super::WARPS_PER_BLOCK);
+                assert!(
+                    down.blocks as usize == tokens * per_token
+                        && per_token * super::WARPS_PER_BLOCK >= hidden
+                );
+            }
+        }
+    }
 }

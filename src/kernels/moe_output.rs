@@ -106,9 +106,13 @@ fn native_fwd(
     norms: &OutputNorms,
     eps: f64,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, per_row, Arg};
+    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
     let cols = residual.dim(D::Minus1)?;
-    let Some(grid) = per_row(residual.elem_count() / cols, cols) else {
+    let Some(grid) = per_row(
+        residual.elem_count() / cols,
+        cols,
+        warp_lanes(residual.device()),
+    ) else {
         return composed(residual, dense, experts, norms, eps);
     };
     let dtype = residual.dtype();
@@ -166,7 +170,7 @@ pub fn reference(
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
-        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
         // Its native arms hand rows to the composed arm where `rms_norm`'s do.
         .shape_paths(rms_norm::SHAPE_PATHS),
     cases,

@@ -57,7 +57,7 @@ const TOKENS_PER_BLOCK: usize = 4;
 
 /// CUDA arm: one warp per token (src/kernels/cuda/moe.cu).
 fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, kernel_name, launch, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
     let logits = logits.contiguous()?;
     let (rows, experts) = logits.dims2()?;
     let scale = per_expert_scale.to_dtype(logits.dtype())?.contiguous()?;
@@ -75,10 +75,11 @@ fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(T
     launch(
         &kernel_name("moe_router_topk", logits.dtype())?,
         logits.device(),
-        Grid {
-            blocks: rows.div_ceil(TOKENS_PER_BLOCK) as u32,
-            threads: (TOKENS_PER_BLOCK * 32) as u32,
-        },
+        Grid::of_warps(
+            rows.div_ceil(TOKENS_PER_BLOCK),
+            TOKENS_PER_BLOCK,
+            warp_lanes(logits.device()),
+        ),
         &args,
     )?;
     Ok((weights, chosen))

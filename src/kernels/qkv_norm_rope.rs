@@ -316,11 +316,12 @@ fn native_fwd(
     sin: &Tensor,
     eps: f64,
 ) -> Result<AttentionInputs> {
-    use super::native::{empty, kernel_name, launch, per_row, Arg};
+    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
     let (_, seq, _) = qkv.dims3()?;
     let (d, hq, hkv) = (layout.head_dim, layout.q_heads, layout.kv_heads);
     let heads = layout.output_heads();
-    let grid = per_row(seq * heads, d).filter(|_| d <= NATIVE_MAX_HEAD_DIM && d % 2 == 0);
+    let grid = per_row(seq * heads, d, warp_lanes(qkv.device()))
+        .filter(|_| d <= NATIVE_MAX_HEAD_DIM && d % 2 == 0);
     let Some(grid) = grid else {
         return composed(qkv, layout, q_norm, k_norm, cos, sin, eps);
     };
@@ -418,7 +419,7 @@ pub fn reference(
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
-        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
         .shape_paths(SHAPE_PATHS),
     cases,
     run,

@@ -78,9 +78,9 @@ pub fn cpu_fwd(
 /// CUDA arm: one block per row, held in registers (src/kernels/cuda/norms.cu); rows wider than
 /// a block holds take the composed arm.
 fn native_fwd(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, per_row, Arg};
+    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(D::Minus1)?;
-    let Some(grid) = per_row(x.elem_count() / cols, cols) else {
+    let Some(grid) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
         return composed(x, weight, eps);
     };
     let x = x.contiguous()?;
@@ -112,7 +112,7 @@ pub fn reference(x: &[f64], cols: usize, weight: Option<&[f64]>, eps: f64) -> Ve
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsOnce)
-        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
         .shape_paths(SHAPE_PATHS),
     cases,
     run,

@@ -39,9 +39,9 @@ pub fn composed(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Res
 
 /// CUDA arm: one block per row (src/kernels/cuda/norms.cu).
 fn native_fwd(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, per_row, Arg};
+    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
-    let Some(grid) = per_row(x.elem_count() / cols, cols) else {
+    let Some(grid) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
         return composed(residual, x, weight, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
@@ -75,7 +75,7 @@ pub fn reference(residual: &[f64], x: &[f64], cols: usize, weight: &[f64], eps: 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsOnce)
-        .native(native::CUDA_FLOATS_AND_CPU_F32)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
         .shape_paths(rms_norm::SHAPE_PATHS),
     cases,
     run,

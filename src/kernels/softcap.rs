@@ -62,8 +62,7 @@ pub fn reference(x: &[f64], cap: f64) -> Vec<f64> {
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
-        .native(native::CUDA_FLOATS_AND_CPU_F32),
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).native(native::GPU_FLOATS_AND_CPU_F32),
     cases,
     run,
     mutants: &[Mutant {

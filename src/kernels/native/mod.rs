@@ -9,6 +9,8 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "hip")]
+pub mod hip;
 pub mod poison;
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
@@ -38,10 +40,10 @@ impl Backend {
     fn feature(self) -> Option<&'static str> {
         match self {
             Backend::Cuda => Some("cuda"),
+            Backend::Hip => Some("hip"),
             Backend::Metal => Some("metal"),
-            // candle has no ROCm backend, so no build of g4 can launch a HIP kernel yet; the CPU
-            // kernels are in every build for the architectures they are written for.
-            Backend::Hip | Backend::Cpu => None,
+            // The CPU kernels are in every build for the architectures they are written for.
+            Backend::Cpu => None,
         }
     }
 
@@ -49,7 +51,7 @@ impl Backend {
         match self {
             Backend::Cuda => cfg!(feature = "cuda"),
             Backend::Metal => cfg!(feature = "metal"),
-            Backend::Hip => false,
+            Backend::Hip => cfg!(feature = "hip"),
             Backend::Cpu => cfg!(any(target_arch = "x86_64", target_arch = "aarch64")),
         }
     }
@@ -99,8 +101,8 @@ pub enum Unavailable {
     NoKernel { detail: String },
     /// The device is present but lacks a capability the kernel needs.
     DeviceUnsupported { need: String },
-    /// No device of this backend is in use.
-    NoDevice,
+    /// No device of this backend is in use (and, for HIP, why none can be).
+    NoDevice { detail: String },
 }
 
 impl Unavailable {
@@ -109,7 +111,7 @@ impl Unavailable {
             Unavailable::NotBuilt { .. } => "not-built",
             Unavailable::NoKernel { .. } => "no-kernel",
             Unavailable::DeviceUnsupported { .. } => "device-unsupported",
-            Unavailable::NoDevice => "no-device",
+            Unavailable::NoDevice { .. } => "no-device",
         }
     }
 }
@@ -125,7 +127,7 @@ impl std::fmt::Display for Unavailable {
             Unavailable::DeviceUnsupported { need } => {
                 write!(f, "device-unsupported: needs {need}")
             }
-            Unavailable::NoDevice => write!(f, "no-device: the selected device is not of this backend"),
+            Unavailable::NoDevice { detail } => write!(f, "no-device: {detail}"),
         }
     }
 }
@@ -186,10 +188,7 @@ pub fn native_status(
     };
     Err(match why {
         Missing::NoKernelForBackend => Unavailable::NoKernel {
-            detail: match backend {
-                Backend::Hip => "candle has no ROCm backend to launch a HIP kernel on".to_string(),
-                _ => format!("no {} kernel is written for this op", backend.name()),
-            },
+            detail: format!("no {} kernel is written for this op", backend.name()),
         },
         Missing::NotBuilt => match backend.feature() {
             Some(feature) => Unavailable::NotBuilt { feature },
@@ -197,7 +196,12 @@ pub fn native_status(
                 detail: format!("g4 cannot build {} kernels", backend.name()),
             },
         },
-        Missing::NoDevice => Unavailable::NoDevice,
+        Missing::NoDevice => Unavailable::NoDevice {
+            detail: match backend {
+                Backend::Hip => hip_built_but_idle(),
+                _ => "the selected device is not of this backend".to_string(),
+            },
+        },
         Missing::NoDtypeVariant => Unavailable::NoKernel {
             detail: format!("the {} kernel has no {dtype:?} variant", backend.name()),
         },
@@ -217,24 +221,57 @@ pub fn select(kernels: &[NativeKernel], device: &Device, dtype: DType) -> Option
         .find(|&backend| missing(kernels, backend, device, dtype).is_none())
 }
 
-/// Native kernels in every float dtype; the PTX targets compute_80 at the lowest (bf16
+/// Why a HIP arm that this build compiled cannot run.
+fn hip_built_but_idle() -> String {
+    #[cfg(feature = "hip")]
+    let built = format!("built for {}", hip::architectures().join(", "));
+    #[cfg(not(feature = "hip"))]
+    let built = "built".to_string();
+    format!(
+        "{built} (not run on AMD hardware in g4's tests); no HIP device: candle has no ROCm \
+         backend and g4 no HIP runtime arm yet"
+    )
+}
+
+const FLOATS: &[DType] = &[DType::F32, DType::BF16, DType::F16];
+
+/// A CUDA kernel in every float dtype; the PTX targets compute_80 at the lowest (bf16
 /// conversions).
-pub const CUDA_FLOATS: &[NativeKernel] = &[NativeKernel {
+const CUDA_FLOAT_KERNEL: NativeKernel = NativeKernel {
     backend: Backend::Cuda,
-    dtypes: &[DType::F32, DType::BF16, DType::F16],
+    dtypes: FLOATS,
     min_compute_capability: Some((8, 0)),
-}];
+};
 
-/// Native kernels in f32 only.
-pub const CUDA_F32: &[NativeKernel] = &[NativeKernel {
-    backend: Backend::Cuda,
-    dtypes: &[DType::F32],
-    min_compute_capability: Some((8, 0)),
-}];
+/// The same source compiled for AMD GPUs (`--features hip`).
+const HIP_FLOAT_KERNEL: NativeKernel = NativeKernel {
+    backend: Backend::Hip,
+    dtypes: FLOATS,
+    min_compute_capability: None,
+};
 
-/// CUDA kernels in every float dtype, and a CPU SIMD kernel in f32.
-pub const CUDA_FLOATS_AND_CPU_F32: &[NativeKernel] = &[
-    CUDA_FLOATS[0],
+/// g4's own GPU kernel (src/kernels/cuda/, CUDA and HIP) in every float dtype.
+pub const GPU_FLOATS: &[NativeKernel] = &[CUDA_FLOAT_KERNEL, HIP_FLOAT_KERNEL];
+
+/// A CUDA arm that is the vendor BLAS (cuBLAS), which has no HIP counterpart in g4.
+pub const CUDA_BLAS_FLOATS: &[NativeKernel] = &[CUDA_FLOAT_KERNEL];
+
+/// g4's own GPU kernel in f32 only.
+pub const GPU_F32: &[NativeKernel] = &[
+    NativeKernel {
+        dtypes: &[DType::F32],
+        ..CUDA_FLOAT_KERNEL
+    },
+    NativeKernel {
+        dtypes: &[DType::F32],
+        ..HIP_FLOAT_KERNEL
+    },
+];
+
+/// g4's own GPU kernel in every float dtype, and a CPU SIMD kernel in f32.
+pub const GPU_FLOATS_AND_CPU_F32: &[NativeKernel] = &[
+    CUDA_FLOAT_KERNEL,
+    HIP_FLOAT_KERNEL,
     NativeKernel {
         backend: Backend::Cpu,
         dtypes: &[DType::F32],
@@ -255,10 +292,40 @@ pub enum Arg<'a> {
     F32(f32),
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Grid {
     pub blocks: u32,
     pub threads: u32,
+}
+
+impl Grid {
+    /// `blocks` blocks of `warps` warps each, on a GPU whose warps are `lanes` wide. Kernels
+    /// that hand work out per warp are launched through this, never with a thread count that
+    /// assumes 32 lanes.
+    pub fn of_warps(blocks: usize, warps: usize, lanes: usize) -> Grid {
+        Grid {
+            blocks: blocks.max(1) as u32,
+            threads: (warps * lanes) as u32,
+        }
+    }
+
+    /// Warps per block on a GPU whose warps are `lanes` wide.
+    pub fn warps(&self, lanes: usize) -> usize {
+        self.threads as usize / lanes
+    }
+}
+
+/// The warp widths g4's kernels must be correct for: NVIDIA's and AMD RDNA's (gfx1100) 32
+/// lanes, AMD CDNA's (gfx90a, gfx942) 64-lane wavefronts. The launch-geometry tests run both.
+pub const WARP_WIDTHS: [usize; 2] = [32, 64];
+
+/// Lanes per warp of the GPU behind `device`: 32 on every NVIDIA GPU, the only GPUs that run
+/// g4's kernels today (a HIP device would report its wavefront size, 32 or 64).
+pub fn warp_lanes(device: &Device) -> usize {
+    match device {
+        Device::Cuda(_) => 32,
+        _ => WARP_WIDTHS[0],
+    }
 }
 
 /// A grid-stride launch over `n` elements.
@@ -279,13 +346,14 @@ const ROW_VALUES_MAX: usize = 16;
 /// four rows' worth of values per thread, too many registers for 1024-thread blocks.
 const ROW_MAX_THREADS: usize = 512;
 
-/// One block per row, with enough threads to hold the row in registers; `None` for rows wider
+/// One block per row, with enough threads to hold the row in registers, and at least one whole
+/// warp of `lanes` (the block reductions shuffle across a full warp); `None` for rows wider
 /// than a block holds (8192 elements).
-pub fn per_row(rows: usize, cols: usize) -> Option<Grid> {
+pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<Grid> {
     let threads = cols
         .div_ceil(ROW_VALUES_PER_THREAD)
         .next_power_of_two()
-        .clamp(32, ROW_MAX_THREADS);
+        .clamp(lanes, ROW_MAX_THREADS);
     (cols <= threads * ROW_VALUES_MAX).then_some(Grid {
         blocks: rows as u32,
         threads: threads as u32,
@@ -437,5 +505,40 @@ pub fn run_and_capture(device: &Device, step: &dyn Fn() -> Result<()>) -> Result
     {
         let _ = step;
         candle_core::bail!("graph capture on {device:?} needs a build with --features cuda")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Grid, WARP_WIDTHS};
+
+    /// `moe_router_topk` and `attention` launch `Grid::of_warps` directly with the warps their
+    /// kernels expect per block.
+    #[test]
+    fn a_grid_of_warps_holds_those_warps_on_any_warp_width() {
+        for lanes in WARP_WIDTHS {
+            for warps in [1, 4, 8, 16] {
+                let grid = Grid::of_warps(3, warps, lanes);
+                assert_eq!((grid.blocks, grid.warps(lanes)), (3, warps));
+                assert!(grid.threads <= 1024);
+            }
+        }
+    }
+
+    /// The norm kernels' blocks are whole warps on any width and hold their row.
+    #[test]
+    fn a_row_block_is_whole_warps_on_any_warp_width() {
+        for lanes in WARP_WIDTHS {
+            for cols in [1, 16, 64, 256, 512, 2816, 5376, 8192] {
+                let grid = super::per_row(2, cols, lanes).unwrap();
+                let threads = grid.threads as usize;
+                assert!(
+                    threads.is_multiple_of(lanes) && threads <= 512,
+                    "{cols} {lanes}"
+                );
+                assert!(cols <= threads * super::ROW_VALUES_MAX, "{cols} {lanes}");
+            }
+            assert!(super::per_row(1, 8200, lanes).is_none());
+        }
     }
 }
