@@ -28,8 +28,11 @@ TOP_K = 5
 
 
 def load(path, dtype, device):
-    model = Gemma4ForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
-    model = model.to(device).eval()
+    # Straight onto the GPU (device_map; accelerate is in the GPU image): 26B-A4B in f32 is
+    # 101 GB, too much to stage in host memory first.
+    placement = {"device_map": device} if device != "cpu" else {}
+    model = Gemma4ForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager", **placement)
+    model = model.eval()
     model.generation_config = GenerationConfig(eos_token_id=None, pad_token_id=0, do_sample=False)
     return model
 
@@ -100,6 +103,8 @@ def main():
         run = subprocess.run([args.g4, "verify-golden", str(golden), "--device", args.device, "--dtype", dtype,
                               "--decode", "eager", "--min-agreement", "0.01", "--json"],
                              capture_output=True, text=True)
+        if not run.stdout.strip():
+            raise SystemExit(f"g4 verify-golden --dtype {dtype} failed: {run.stderr.strip()}")
         report = json.loads(run.stdout)
         for case in report["goldens"][0]["cases"]:
             rows.append(("g4", dtype, case["name"], case["top1_agreement"], case["total"],
