@@ -49,10 +49,6 @@ pub struct Measurement {
     pub samples_tokens_per_s: Vec<f64>,
 }
 
-/// Context is prefilled in pieces of this many tokens, so that a deep context costs memory for
-/// one piece's attention scores, not for the whole context's.
-const DEPTH_CHUNK: usize = 512;
-
 /// Positions a test needs: its depth, its tokens, and tgN's one-token prompt.
 pub fn positions_needed(test: Test, depth: usize) -> usize {
     depth
@@ -83,8 +79,8 @@ pub fn measure(
             Test::Generate(_) => Some(greedy(session.prefill(&[model.config().bos_token_id])?)?),
             Test::Prompt(_) => None,
         };
-        for piece in random_ids(depth).chunks(DEPTH_CHUNK) {
-            picked = Some(greedy(session.prefill(piece)?)?);
+        if depth > 0 {
+            picked = Some(greedy(session.prefill(&random_ids(depth))?)?);
         }
         let seconds = match test {
             Test::Prompt(n) => {

@@ -58,3 +58,33 @@ fn graph_steps_match_eager_steps_across_cache_growth() {
         );
     }
 }
+
+/// A prompt longer than `PREFILL_PIECE` is prefilled in pieces within one call; the logits
+/// after it, and after further tokens (which attend to every cached position, across the seam
+/// and the sliding window), must be those of feeding the same tokens one at a time.
+#[test]
+fn a_prompt_prefilled_in_pieces_gives_the_logits_of_one_token_at_a_time() {
+    use g4::model::session::PREFILL_PIECE;
+    let model = embedded_model();
+    let length = 2 * PREFILL_PIECE - 100;
+    assert!(length + 8 < model.config().max_position_embeddings);
+    let prompt: Vec<u32> = (0..length).map(|i| 3 + (i * 7919 % 500) as u32).collect();
+    let mut pieces = Session::new(&model, DecodePath::Eager);
+    let mut one_by_one = Session::new(&model, DecodePath::Eager);
+    let mut got = pieces.prefill(&prompt).unwrap().clone();
+    let mut expected = None;
+    for &token in &prompt {
+        expected = Some(one_by_one.decode(token).unwrap().clone());
+    }
+    for step in 0..8 {
+        let expected_logits = expected.unwrap();
+        let difference = max_difference(&expected_logits, &got);
+        assert!(
+            difference <= MAX_LOGIT_DIFFERENCE,
+            "{step} tokens after the prompt: logits differ by {difference}"
+        );
+        let next = g4::model::sampling::greedy(&expected_logits).unwrap();
+        got = pieces.decode(next).unwrap().clone();
+        expected = Some(one_by_one.decode(next).unwrap().clone());
+    }
+}
