@@ -51,6 +51,12 @@ INVALID_FLAGS = [
     ("--ple", ["gpu", "", "HOST"]),
     ("--prompt-ids", ["", "x", "1,,x", "-3", "4294967296", "99999999"]),
 ]
+# The same for `g4 bench` (the embedded model's context is 1024 positions).
+INVALID_BENCH_FLAGS = [
+    ("--depth", ["-1", "x", "2000", "18446744073709551615", "1,x"]),
+    ("--tests", ["tg0", "pp", "xx1", "tg18446744073709551615", "pp2000"]),
+    ("-r", ["0", "-1", "x"]),
+]
 
 
 def run(g4, args, stdin=None):
@@ -211,9 +217,11 @@ def main():
             kind = rng.choice(["config", "safetensors", "golden", "template", "messages", "genconfig", "flag",
                                "tokenizer"])
             if kind == "flag":
-                flag, values = rng.choice(INVALID_FLAGS)
+                command, base, flags = rng.choice([("generate", ["-n", "2"], INVALID_FLAGS),
+                                                   ("bench", ["--tests", "tg2", "-r", "1"], INVALID_BENCH_FLAGS)])
+                flag, values = rng.choice(flags)
                 value = rng.choice(values)
-                judge(f"flag {flag}={value!r}", run(args.g4, ["generate", "-n", "2", f"{flag}={value}"]),
+                judge(f"flag {command} {flag}={value!r}", run(args.g4, [command, *base, f"{flag}={value}"]),
                       must_refuse=True)
                 continue
             variant = rng.choice(["kjv-tiny", "chat-fixture", "e2b-style", "moe-keqv", "fp8-moe", "released-combo"])

@@ -49,13 +49,13 @@ pub struct Measurement {
     pub samples_tokens_per_s: Vec<f64>,
 }
 
-/// Positions a test needs: its depth, its tokens, and tgN's one-token prompt.
+/// Positions a test needs: its depth, its tokens, and tgN's one-token prompt (saturating: a
+/// count past any context must not wrap round to a small one).
 pub fn positions_needed(test: Test, depth: usize) -> usize {
-    depth
-        + match test {
-            Test::Prompt(n) => n,
-            Test::Generate(n) => n + 1,
-        }
+    depth.saturating_add(match test {
+        Test::Prompt(n) => n,
+        Test::Generate(n) => n.saturating_add(1),
+    })
 }
 
 /// Runs `test` at `depth` `repetitions` times after one untimed warm-up run.

@@ -48,3 +48,19 @@ fn a_depth_past_the_context_is_refused() {
     );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
+
+/// Counts too large to add up must be refused like any other, not wrap round.
+#[test]
+fn counts_past_any_context_are_refused_without_wrapping() {
+    let max = usize::MAX.to_string();
+    for (tests, depth) in [("tg4", max.as_str()), (&*format!("tg{max}"), "0")] {
+        let out = g4(&["bench", "--tests", tests, "--depth", depth, "-r", "1"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("but the model's context is 1024"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
