@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Builds a full-size random-weight Gemma-4 checkpoint (bf16, real preset dimensions from
-GEMMA4_TEXT.md §6: E4B, or E2B / 26B-A4B with --preset) with transformers on the GPU, or
+GEMMA4_TEXT.md §6: E4B, or E2B / 26B-A4B / 31B with --preset) with transformers on the GPU, or
 benchmarks transformers on it.
 
-    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b]
+    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b|31b]
     python3 scripts/e4b_reference.py bench DIR --prompt 128 --new 128 --prefill 512 [--caches dynamic,static]
 
 `bench` prints one JSON line per setting: prefill of --prefill tokens (ms), and greedy decode of
@@ -53,7 +53,17 @@ def moe_26b_config():
     )
 
 
-PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config}
+def dense_31b_config():
+    return Gemma4TextConfig(
+        vocab_size=262144, vocab_size_per_layer_input=262144, hidden_size=5376, intermediate_size=21504,
+        num_hidden_layers=60, layer_types=([S] * 5 + [F]) * 10, num_attention_heads=32, num_key_value_heads=16,
+        head_dim=256, global_head_dim=512, num_global_key_value_heads=4, attention_k_eq_v=True,
+        sliding_window=1024, hidden_size_per_layer_input=0, final_logit_softcapping=30.0,
+        max_position_embeddings=262144, pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    )
+
+
+PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config, "31b": dense_31b_config}
 
 
 def build(out, preset):

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|ple|moe|moe-reference|moe-parity|moe-profile ...]
-#   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096,
-#   pp16384) and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|moe|moe-reference|moe-parity|moe-profile ...]
+#   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
+#   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
-#   (scripts/kernel_breakdown.py, ncu; E4B's takes about 5 minutes);
-#   moe: g4 on a random-weight 26B-A4B,
-#   moe-reference: transformers beside it, moe-parity: g4 f32/bf16 and transformers bf16 against
-#   transformers f32 on it; ple: E4B and E2B with the per-layer table on the host and on the
-#   device, side by side; G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
+#   (scripts/kernel_breakdown.py, ncu; E4B's takes about 5 minutes); parity-e4b: g4 and
+#   transformers f32/bf16 against transformers f64 on E4B (scripts/parity.py); parity-31b: g4 and
+#   transformers bf16 against transformers f32 on a random-weight 31B (61 GB: the disk holds no
+#   other checkpoint beside it); moe: g4 on a random-weight 26B-A4B; moe-reference: transformers
+#   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it;
+#   ple: E4B and E2B with the per-layer table on the host and on the device, side by side;
+#   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
 FAILED=0
@@ -40,7 +42,7 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   $G4 verify-golden --device cuda --dtype bf16 | tee "$OUT/goldens-bf16.txt"
 fi
 E4B=/tmp/g4-e4b
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
 fi
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
@@ -53,6 +55,17 @@ if [[ " $STEPS " == *" long "* ]]; then
   $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp4096,pp16384 -r 2 --json > "$OUT/bench-long-prompts.json"
   $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests tg128 --depth 0,4096,16384 --decode graph -r 2 --json > "$OUT/bench-depth.json"
   python3 -c "import json,sys; [print(r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for p in sys.argv[1:] for r in json.load(open(p))['results']]; print('peak GPU MiB', json.load(open(sys.argv[1]))['memory_mib']['after_tests'])" "$OUT/bench-long-prompts.json" "$OUT/bench-depth.json"
+fi
+if [[ " $STEPS " == *" parity-e4b "* ]]; then
+  echo "== parity: g4 and transformers f32/bf16 against transformers f64 (E4B)"
+  python3 scripts/parity.py "$E4B" "$OUT/parity-e4b" --reference float64 --compare f32,bf16 --lengths 64,600,1100 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-e4b.txt"
+fi
+if [[ " $STEPS " == *" parity-31b "* ]]; then
+  echo "== parity: g4 and transformers bf16 against transformers f32 (31B)"
+  D31=/tmp/g4-31b
+  rm -rf /tmp/g4-e4b /tmp/g4-26b-a4b
+  [ -f "$D31/config.json" ] || python3 scripts/e4b_reference.py build "$D31" --preset 31b 2>&1 | grep -v -i warn
+  python3 scripts/parity.py "$D31" "$OUT/parity-31b" --reference float32 --compare bf16 --lengths 64,600,1100 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-31b.txt"
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   echo "== per-kernel time, E4B bf16 (ncu; eager decode)"
@@ -88,7 +101,7 @@ PY
 fi
 if [[ " $STEPS " == *" moe"* ]]; then
   MOE=/tmp/g4-26b-a4b
-  rm -rf /tmp/g4-e4b  # the disk holds one full-size checkpoint at a time
+  rm -rf /tmp/g4-e4b /tmp/g4-31b  # the disk holds one full-size checkpoint at a time
   [ -f "$MOE/config.json" ] || python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn
 fi
 if [[ " $STEPS " == *" moe "* ]]; then
@@ -103,7 +116,7 @@ if [[ " $STEPS " == *" moe-reference "* ]]; then
 fi
 if [[ " $STEPS " == *" moe-parity "* ]]; then
   echo "== parity: g4 f32/bf16 and transformers bf16 against transformers f32 (26B-A4B)"
-  python3 scripts/moe_parity.py "$MOE" "$OUT/parity" --g4 "$G4" 2>&1 | grep -v -i warn | tee "$OUT/parity.txt"
+  python3 scripts/parity.py "$MOE" "$OUT/parity-moe" --reference float32 --compare f32,bf16 --lengths 64,600,1100 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-moe.txt"
 fi
 if [[ " $STEPS " == *" moe-profile "* ]]; then
   echo "== per-kernel time, 26B-A4B bf16 (ncu; eager decode)"
