@@ -104,19 +104,15 @@ struct DecoderLayer {
     /// compute their own K/V (`[q ‖ k]` on k_eq_v layers), q alone on KV-consumer layers. One
     /// projection instead of three: at decode sizes each is one GEMV launch streaming its weights.
     qkv_proj: Tensor,
+    /// Where q, k and v sit in `qkv_proj`'s output.
+    qkv_layout: QkvLayout,
     q_norm: Tensor,
+    /// On layers that compute their own K/V.
+    k_norm: Option<Tensor>,
     o_proj: Tensor,
-    own_kv: Option<KvProjection>,
     mlp: Mlp,
     moe: Option<Moe>,
     ple: Option<LayerPle>,
-}
-
-/// What a layer that computes its own K/V adds to q (its projections are in `qkv_proj`).
-struct KvProjection {
-    k_norm: Tensor,
-    /// False on k_eq_v layers, where V is the raw K projection.
-    has_v: bool,
 }
 
 struct Mlp {
@@ -535,7 +531,7 @@ impl DecoderLayer {
         ];
         let attention = [&self.qkv_proj, &self.o_proj]
             .into_iter()
-            .chain(self.own_kv.iter().map(|kv| &kv.k_norm));
+            .chain(self.k_norm.iter());
         let mlp = [&self.mlp.gate_up, &self.mlp.down];
         let moe = self.moe.iter().flat_map(|m| {
             [
@@ -573,20 +569,21 @@ impl DecoderLayer {
         let p = |name: &str| format!("layers.{i}.{name}");
         let norm = |name: &str| ckpt.tensor(&p(name), &[h]);
         let mut projections = vec![(p("self_attn.q_proj.weight"), vec![nh * hd, h])];
-        let own_kv = match spec.kv_source {
-            KvSource::Own => {
-                projections.push((p("self_attn.k_proj.weight"), vec![kvh * hd, h]));
-                if !spec.k_eq_v {
-                    projections.push((p("self_attn.v_proj.weight"), vec![kvh * hd, h]));
-                }
-                Some(KvProjection {
-                    k_norm: ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd])?,
-                    has_v: !spec.k_eq_v,
-                })
-            }
+        let kv = match spec.kv_source {
             // Released checkpoints still ship k/v weights for consumer layers; they are dead.
-            KvSource::SharedFrom(_) => None,
+            KvSource::SharedFrom(_) => KvPart::None,
+            KvSource::Own if spec.k_eq_v => KvPart::KAsV,
+            KvSource::Own => KvPart::KAndV,
         };
+        if kv != KvPart::None {
+            projections.push((p("self_attn.k_proj.weight"), vec![kvh * hd, h]));
+        }
+        if kv == KvPart::KAndV {
+            projections.push((p("self_attn.v_proj.weight"), vec![kvh * hd, h]));
+        }
+        let k_norm = (kv != KvPart::None)
+            .then(|| ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd]))
+            .transpose()?;
         let qkv_proj = ckpt.concat(&projections)?;
         let moe = match &config.moe {
             Some(m) => Some(Moe {
@@ -629,9 +626,15 @@ impl DecoderLayer {
                 .squeeze(0)?
                 .to_scalar::<f64>()?,
             qkv_proj,
+            qkv_layout: QkvLayout {
+                q_heads: nh,
+                kv_heads: kvh,
+                head_dim: hd,
+                kv,
+            },
             q_norm: ckpt.tensor(&p("self_attn.q_norm.weight"), &[hd])?,
+            k_norm,
             o_proj: ckpt.tensor(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
-            own_kv,
             mlp: Mlp {
                 gate_up: ckpt.concat(&[
                     (p("mlp.gate_proj.weight"), vec![width, h]),
@@ -654,27 +657,12 @@ impl DecoderLayer {
         sin: &Tensor,
         eps: f64,
     ) -> Result<AttentionInputs> {
-        let (head_dim, kv_heads) = (self.spec.head_dim, self.spec.kv_heads);
-        let kv = match &self.own_kv {
-            None => KvPart::None,
-            Some(own) if own.has_v => KvPart::KAndV,
-            Some(_) => KvPart::KAsV,
-        };
-        let kv_width = kv_heads * head_dim * if kv == KvPart::KAndV { 2 } else { 1 };
-        let q_width = self.qkv_proj.dim(0)? - if kv == KvPart::None { 0 } else { kv_width };
-        let layout = QkvLayout {
-            q_heads: q_width / head_dim,
-            kv_heads,
-            head_dim,
-            kv,
-        };
         let qkv = linear(h, &self.qkv_proj)?;
-        let k_norm = self.own_kv.as_ref().map(|own| &own.k_norm);
         Ok(qkv_norm_rope(
             &qkv,
-            layout,
+            self.qkv_layout,
             &self.q_norm,
-            k_norm,
+            self.k_norm.as_ref(),
             cos,
             sin,
             eps,
