@@ -163,7 +163,7 @@ pub fn composed(
     Ok((q, kv))
 }
 
-/// Which norm weight a head takes.
+/// Which norm weight a part's heads take.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum NormWeight {
     Q,
@@ -171,56 +171,47 @@ enum NormWeight {
     Weightless,
 }
 
-/// One head of the stacked projection: where it starts in a token's row, its norm, whether it
-/// is rotated, and which output (0 q, 1 k, 2 v) it goes to, at which head.
-struct HeadSource {
-    offset: usize,
+/// q, k or v in the stacked projection: its first head in a token's row, its heads, its norm,
+/// and whether it is rotated.
+struct Part {
+    first_head: usize,
+    heads: usize,
     norm: NormWeight,
     rotate: bool,
-    output: usize,
-    head: usize,
 }
 
-/// Every head of `layout`.
-fn head_sources(layout: QkvLayout) -> Vec<HeadSource> {
-    let (d, hq, hkv) = (layout.head_dim, layout.q_heads, layout.kv_heads);
-    let mut heads: Vec<HeadSource> = (0..hq)
-        .map(|h| HeadSource {
-            offset: h * d,
-            norm: NormWeight::Q,
-            rotate: true,
-            output: 0,
-            head: h,
-        })
-        .collect();
+/// The parts of `layout` in output order: q, then k and v when the layer has its own.
+fn parts(layout: QkvLayout) -> Vec<Part> {
+    let (hq, hkv) = (layout.q_heads, layout.kv_heads);
+    let mut parts = vec![Part {
+        first_head: 0,
+        heads: hq,
+        norm: NormWeight::Q,
+        rotate: true,
+    }];
     if layout.kv != KvPart::None {
-        let v_first = if layout.kv == KvPart::KAndV {
-            hq + hkv
-        } else {
-            hq
-        };
-        for h in 0..hkv {
-            heads.push(HeadSource {
-                offset: (hq + h) * d,
-                norm: NormWeight::K,
-                rotate: true,
-                output: 1,
-                head: h,
-            });
-            heads.push(HeadSource {
-                offset: (v_first + h) * d,
-                norm: NormWeight::Weightless,
-                rotate: false,
-                output: 2,
-                head: h,
-            });
-        }
+        parts.push(Part {
+            first_head: hq,
+            heads: hkv,
+            norm: NormWeight::K,
+            rotate: true,
+        });
+        parts.push(Part {
+            first_head: if layout.kv == KvPart::KAndV {
+                hq + hkv
+            } else {
+                hq
+            },
+            heads: hkv,
+            norm: NormWeight::Weightless,
+            rotate: false,
+        });
     }
-    heads
+    parts
 }
 
-/// CPU arm (f32): each head's row normed by the SIMD row kernel `rms_norm` uses, then rotated
-/// and written heads first, in one pass with no intermediate tensors.
+/// CPU arm (f32): each token's part normed by the SIMD row kernel `rms_norm` uses (one row per
+/// head), then rotated and written heads first.
 fn cpu_fwd(
     qkv: &Tensor,
     layout: QkvLayout,
@@ -246,56 +237,51 @@ fn cpu_fwd(
         cos.flatten_all()?.to_vec1::<f32>()?,
         sin.flatten_all()?.to_vec1::<f32>()?,
     );
-    let heads_of = [layout.q_heads, layout.kv_heads, layout.kv_heads];
-    let mut outputs: Vec<Vec<f32>> = heads_of.iter().map(|h| vec![0f32; h * seq * d]).collect();
-    cpu::with_f32(q_norm, |q_norm| {
+    let parts = parts(layout);
+    let outputs = cpu::with_f32(q_norm, |q_norm| {
         cpu::with_f32(qkv, |qkv| {
-            for source in head_sources(layout) {
-                let weight = match source.norm {
-                    NormWeight::Q => Some(q_norm),
-                    NormWeight::K => k_norm_values.as_deref(),
-                    NormWeight::Weightless => None,
-                };
-                for s in 0..seq {
-                    let start = s * width + source.offset;
-                    let normed = cpu::rms_norm_f32(
-                        simd,
-                        &qkv[start..start + d],
-                        d,
-                        weight,
-                        None,
-                        eps as f32,
-                    );
-                    let out_start = (source.head * seq + s) * d;
-                    let out = &mut outputs[source.output][out_start..out_start + d];
-                    if !source.rotate {
-                        out.copy_from_slice(&normed);
-                        continue;
+            parts
+                .iter()
+                .map(|part| {
+                    let weight = match part.norm {
+                        NormWeight::Q => Some(q_norm),
+                        NormWeight::K => k_norm_values.as_deref(),
+                        NormWeight::Weightless => None,
+                    };
+                    let mut out = vec![0f32; part.heads * seq * d];
+                    for s in 0..seq {
+                        let start = s * width + part.first_head * d;
+                        let rows = &qkv[start..start + part.heads * d];
+                        let normed = cpu::rms_norm_f32(simd, rows, d, weight, None, eps as f32);
+                        for (h, normed) in normed.chunks_exact(d).enumerate() {
+                            let out = &mut out[(h * seq + s) * d..(h * seq + s + 1) * d];
+                            if !part.rotate {
+                                out.copy_from_slice(normed);
+                                continue;
+                            }
+                            // x·cos + rotate_half(x)·sin, in the composed arm's order.
+                            for j in 0..half {
+                                let (c, sn) = (cos[s * half + j], sin[s * half + j]);
+                                let (a, b) = (normed[j], normed[j + half]);
+                                out[j] = a * c + -b * sn;
+                                out[j + half] = b * c + a * sn;
+                            }
+                        }
                     }
-                    // x·cos + rotate_half(x)·sin, in the composed arm's order.
-                    for j in 0..half {
-                        let (c, sn) = (cos[s * half + j], sin[s * half + j]);
-                        let (a, b) = (normed[j], normed[j + half]);
-                        out[j] = a * c + -b * sn;
-                        out[j + half] = b * c + a * sn;
-                    }
-                }
-            }
+                    out
+                })
+                .collect::<Vec<_>>()
         })
     })??;
-    let device = qkv.device();
-    let mut outputs = outputs.into_iter();
-    let mut next = |heads: usize| -> Result<Tensor> {
-        Tensor::from_vec(
-            outputs.next().unwrap_or_default(),
-            (1, heads, seq, d),
-            device,
-        )
-    };
-    let q = next(layout.q_heads)?;
+    let mut tensors = parts
+        .iter()
+        .zip(outputs)
+        .map(|(part, out)| Tensor::from_vec(out, (1, part.heads, seq, d), qkv.device()));
+    let mut next = || tensors.next().expect("q's part is always there");
+    let q = next()?;
     let kv = match layout.kv {
         KvPart::None => None,
-        _ => Some((next(layout.kv_heads)?, next(layout.kv_heads)?)),
+        _ => Some((next()?, next()?)),
     };
     Ok((q, kv))
 }
@@ -386,34 +372,31 @@ pub fn reference(
     eps: f64,
 ) -> Vec<f64> {
     let (d, width) = (layout.head_dim, layout.width());
-    let heads_of = [layout.q_heads, layout.kv_heads, layout.kv_heads];
-    let mut outputs: Vec<Vec<f64>> = heads_of.iter().map(|h| vec![0.0; h * seq * d]).collect();
-    for source in head_sources(layout) {
-        let weight = match source.norm {
+    let mut outputs = Vec::new();
+    for part in parts(layout) {
+        let weight = match part.norm {
             NormWeight::Q => Some(q_norm),
             NormWeight::K => Some(k_norm),
             NormWeight::Weightless => None,
         };
+        let mut out = vec![0.0; part.heads * seq * d];
         for s in 0..seq {
-            let start = s * width + source.offset;
-            let normed = reference::rms_norm_row(&qkv[start..start + d], weight, eps);
-            let row = match source.rotate {
-                true => rope::reference(
-                    &normed,
-                    1,
-                    1,
-                    d,
-                    &cos[s * d / 2..(s + 1) * d / 2],
-                    &sin[s * d / 2..(s + 1) * d / 2],
-                ),
-                false => normed,
-            };
-            let out_start = (source.head * seq + s) * d;
-            outputs[source.output][out_start..out_start + d].copy_from_slice(&row);
+            for h in 0..part.heads {
+                let start = s * width + (part.first_head + h) * d;
+                let normed = reference::rms_norm_row(&qkv[start..start + d], weight, eps);
+                let row = match part.rotate {
+                    true => {
+                        let table = s * d / 2..(s + 1) * d / 2;
+                        rope::reference(&normed, 1, 1, d, &cos[table.clone()], &sin[table])
+                    }
+                    false => normed,
+                };
+                out[(h * seq + s) * d..(h * seq + s + 1) * d].copy_from_slice(&row);
+            }
         }
+        outputs.extend(out);
     }
-    let kept = if layout.kv == KvPart::None { 1 } else { 3 };
-    outputs.into_iter().take(kept).flatten().collect()
+    outputs
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
