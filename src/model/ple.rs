@@ -227,19 +227,17 @@ impl PerLayerEmbeddings {
             * (config.hidden_size as f64).powf(-0.5))?
         .reshape((1, seq, layers, self.width))?;
         let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
-        let combined = |rows: Tensor| -> Result<Parts> {
-            let token_part = (rows * self.table_scale)?.reshape((1, seq, layers, self.width))?;
-            Ok(Parts::Combined(combine(&context, &token_part)?))
-        };
-        let parts = match (rows, &self.table) {
-            (TokenRows::Ids(ids), Table::Device(table)) => combined(table.index_select(ids, 0)?)?,
-            (TokenRows::Gathered(rows), Table::Host(_)) => combined(rows.to_dtype(self.dtype)?)?,
-            (TokenRows::HostIds(ids), Table::Host(_)) => Parts::FromHost {
-                context: context.clone(),
-                ids,
-            },
+        let whole_rows = match (rows, &self.table) {
+            (TokenRows::Ids(ids), Table::Device(table)) => table.index_select(ids, 0)?,
+            (TokenRows::Gathered(rows), Table::Host(_)) => rows.to_dtype(self.dtype)?,
+            (TokenRows::HostIds(ids), Table::Host(_)) => {
+                let parts = Parts::FromHost { context, ids };
+                return Ok(LayerInputs { ple: self, parts });
+            }
             _ => bail!("internal: per-layer rows do not match where the table is"),
         };
+        let token_part = (whole_rows * self.table_scale)?.reshape((1, seq, layers, self.width))?;
+        let parts = Parts::Combined(combine(&context, &token_part)?);
         Ok(LayerInputs { ple: self, parts })
     }
 }
