@@ -309,7 +309,8 @@ impl Grid {
         }
     }
 
-    /// Warps per block on a GPU whose warps are `lanes` wide.
+    /// Warps per block on a GPU whose warps are `lanes` wide (what the geometry tests check).
+    #[cfg(test)]
     pub fn warps(&self, lanes: usize) -> usize {
         self.threads as usize / lanes
     }
