@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|moe|moe-reference|moe-parity|moe-profile ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|fp8|moe|moe-reference|moe-parity|moe-profile ...]
 #   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -11,6 +11,7 @@
 #   other checkpoint beside it); moe: g4 on a random-weight 26B-A4B; moe-reference: transformers
 #   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it;
 #   ple: E4B and E2B with the per-layer table on the host and on the device, side by side;
+#   fp8: E4B bf16 beside the same weights as an FP8 checkpoint (scripts/fp8_checkpoint.py);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -45,7 +46,7 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   tail -1 "$OUT/goldens-bf16.txt"
 fi
 E4B=/tmp/g4-e4b
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* || " $STEPS " == *" fp8 "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
 fi
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
@@ -79,6 +80,23 @@ if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
   timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"
+fi
+if [[ " $STEPS " == *" fp8 "* ]]; then
+  echo "== g4 bench E4B: bf16 beside the same weights as compressed-tensors FP8 (e4m3 kept on the GPU)"
+  E4B_FP8=/tmp/g4-e4b-fp8
+  [ -f "$E4B_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$E4B" "$E4B_FP8"
+  for ckpt in "$E4B" "$E4B_FP8"; do
+    $G4 bench --model "$ckpt" --device cuda --dtype bf16 --tests pp512,tg128 --decode graph -r 3 --json > "$OUT/bench-fp8-$(basename "$ckpt").json"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+print("| checkpoint | GPU after load MiB | weights on GPU MiB | pp512 tok/s | tg128 tok/s (graph) |")
+print("|---|---:|---:|---:|---:|")
+for path in sorted(glob.glob(sys.argv[1] + "/bench-fp8-*.json")):
+    d = json.load(open(path)); m = d["memory_mib"]
+    rate = {r["measurement"]["test"]: "%.1f ± %.1f" % (r["measurement"]["tokens_per_s_mean"], r["measurement"]["tokens_per_s_stddev"]) for r in d["results"]}
+    print(f"| {path.split('bench-fp8-')[1][:-5]} | {m['after_load']:.0f} | {d['weights_mib']['device']:.0f} | {rate.get('pp512')} | {rate.get('tg128')} |")
+PY
 fi
 if [[ " $STEPS " == *" ple "* ]]; then
   for preset in e4b e2b; do

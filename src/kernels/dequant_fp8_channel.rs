@@ -102,7 +102,18 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
 /// A check input: an e4m3 weight `[n, k]` (a raw input) and its f32 row scales (a float
 /// input), returned as the values the reference sees.
 pub(super) fn fp8_weight(c: &mut Builder, n: usize, k: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-    let raw: Vec<f64> = (0..n * k).map(|_| c.rng.random_range(-3.0..3.0)).collect();
+    // Magnitudes spread log-uniformly over e4m3's whole range, from below its smallest
+    // subnormal (2^-9) to its largest normal (448), either sign.
+    let raw: Vec<f64> = (0..n * k)
+        .map(|_| {
+            let magnitude = 2f64.powf(c.rng.random_range(-10.0..8.8)).min(448.0);
+            if c.rng.random_bool(0.5) {
+                magnitude
+            } else {
+                -magnitude
+            }
+        })
+        .collect();
     let weight = c.round(raw.clone(), DType::F8E4M3)?;
     // Via f32: candle 0.11.1's CPU conversion between F8E4M3 and F64 never returns.
     let w8 = Tensor::from_vec(raw, (n, k), &Device::Cpu)?

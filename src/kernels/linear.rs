@@ -27,7 +27,7 @@ pub fn linear_on(arm: Arm, x: &Tensor, w: &Tensor) -> Result<Tensor> {
 }
 
 /// `x` flattened to rows, with the output shape `[.., N]`.
-fn rows_of(x: &Tensor, w: &Tensor) -> Result<(Tensor, Vec<usize>)> {
+pub(super) fn rows_of(x: &Tensor, w: &Tensor) -> Result<(Tensor, Vec<usize>)> {
     let dims = x.dims();
     let k = *dims.last().unwrap_or(&0);
     let mut out_shape = dims[..dims.len().saturating_sub(1)].to_vec();
@@ -87,7 +87,7 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// all its W loads in one batch (one memory round trip), and narrow projections over more, so
 /// that at least `MIN_WARPS` warps stream W. A block holds `WARPS_PER_BLOCK` warps, so
 /// `WARPS_PER_BLOCK / warps_per_col` columns, whatever the warp width.
-fn gemv_geometry(n: usize, vectors: usize, lanes: usize) -> (Grid, usize) {
+pub(super) fn gemv_geometry(n: usize, vectors: usize, lanes: usize) -> (Grid, usize) {
     let one_batch = vectors.div_ceil(lanes * LOADS_PER_LANE);
     let warps_per_col = one_batch
         .max(MIN_WARPS.div_ceil(n))

@@ -1,15 +1,17 @@
-//! `matmul_bt_fp8_channel`: `Y = X · (W_e4m3 × scale[row])ᵀ`. The composed arm materialises the
-//! dequantised weight; a native arm exists to avoid exactly that.
+//! `matmul_bt_fp8_channel`: `Y = X · (W_e4m3 × scale[row])ᵀ`, the projection of an FP8 checkpoint
+//! whose weights stay e4m3 on the device. The composed arm materialises the dequantised weight on
+//! every call; the native arm decodes e4m3 in registers for decode's few rows (half of bf16's
+//! bytes read) and dequantises into a scratch weight for cuBLAS when there are many.
 
 use super::check::{Builder, Case};
-use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ToleranceClass};
-use super::{arm_for, dequant_fp8_channel, reference, Arm, Op};
+use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::{arm_for, dequant_fp8_channel, linear, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
 const OP: Op = Op::MatmulBtFp8Channel;
 
-/// `x [M, K]`, `weight [N, K]` F8E4M3, `scale [N]` → `[M, N]` in x's dtype.
+/// `x [.., K]`, `weight [N, K]` F8E4M3, `scale [N]` → `[.., N]` in x's dtype.
 pub fn matmul_bt_fp8_channel(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     matmul_bt_fp8_channel_on(arm_for(OP, x.device(), x.dtype()), x, weight, scale)
 }
@@ -29,26 +31,46 @@ pub fn matmul_bt_fp8_channel_on(
 
 pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     let w = dequant_fp8_channel::composed(weight, scale, x.dtype())?;
-    x.matmul(&w.t()?)
+    linear::composed(x, &w)
 }
 
-/// CUDA arm: one warp per output, e4m3 decoded on the fly (src/kernels/cuda/fp8.cu).
+/// X rows up to which the native arm runs its GEMV; beyond, a GEMM reuses each weight across
+/// rows, and cuBLAS on a dequantised copy wins.
+const GEMV_MAX_ROWS: usize = 8;
+/// e4m3 weights per 16-byte load of the GEMV.
+const WEIGHTS_PER_VECTOR: usize = 16;
+
+/// CUDA arm: up to 8 rows, a GEMV that decodes e4m3 in registers (src/kernels/cuda/fp8.cu, the
+/// launch geometry of `linear`'s); otherwise the native dequantisation into a scratch weight of
+/// x's dtype and cuBLAS.
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, warp_lanes, Arg};
-    let (x, weight) = (x.contiguous()?, weight.contiguous()?);
-    let (m, k) = x.dims2()?;
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
+    let (rows, out_shape) = linear::rows_of(x, weight)?;
+    let (m, k) = rows.dims2()?;
     let n = weight.dim(0)?;
-    let scale = scale.to_dtype(candle_core::DType::F32)?.contiguous()?;
+    let (rows, weight) = (rows.contiguous()?, weight.contiguous()?);
+    let gemv = m <= GEMV_MAX_ROWS
+        && k.is_multiple_of(WEIGHTS_PER_VECTOR)
+        && weight.dim(1)? == k
+        && vector_aligned(&rows)
+        && vector_aligned(&weight);
+    if !gemv {
+        let dense = dequant_fp8_channel::dequant_fp8_channel(&weight, scale, x.dtype())?;
+        return linear::composed(x, &dense);
+    }
+    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
+    let (grid, warps_per_col) =
+        linear::gemv_geometry(n, k / WEIGHTS_PER_VECTOR, warp_lanes(x.device()));
     let y = empty((m, n), x.dtype(), x.device())?;
-    let grid = output_grid(m * n, warp_lanes(x.device()));
     let args = [
-        Arg::Tensor(&x),
+        Arg::Tensor(&rows),
         Arg::Tensor(&weight),
         Arg::Tensor(&scale),
         Arg::Tensor(&y),
         Arg::I32(m as i32),
         Arg::I32(n as i32),
         Arg::I32(k as i32),
+        Arg::I32(warps_per_col as i32),
     ];
     launch(
         &kernel_name("matmul_bt_fp8_channel", x.dtype())?,
@@ -56,7 +78,7 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         grid,
         &args,
     )?;
-    Ok(y)
+    y.reshape(out_shape)
 }
 
 pub fn reference(
@@ -73,20 +95,68 @@ pub fn reference(
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).not_used_yet("meant for FP8 checkpoints run in FP8; weights are dequantised at load today (dequant_fp8_channel)").flops(gemm_flops),
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
+        .shape_paths(SHAPE_PATHS)
+        .flops(gemm_flops),
     cases,
     run,
     mutants: &[
         Mutant {
             what: "the row scales ignored",
-            run: |c| Ok(vec![composed(c.float(0), c.raw(0), &c.float(1).ones_like()?)?]),
+            run: |c| {
+                Ok(vec![composed(
+                    c.float(0),
+                    c.raw(0),
+                    &c.float(1).ones_like()?,
+                )?])
+            },
+        },
+        Mutant {
+            what: "the last weight of each row dropped (a tail bug)",
+            run: |c| {
+                let k = c.float(0).dim(1)?;
+                Ok(vec![composed(
+                    &c.float(0).narrow(1, 0, k - 1)?,
+                    &c.raw(0).narrow(1, 0, k - 1)?,
+                    c.float(1),
+                )?])
+            },
         },
     ],
 };
 
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "up to 8 rows (decode), K a multiple of 16",
+        path: "native GEMV: e4m3 decoded in registers, W streamed once for all rows",
+        case: "M8 N64 K512",
+    },
+    ShapePath {
+        shapes: "more than 8 rows (prefill)",
+        path: "native dequantisation into a scratch weight, then cuBLAS",
+        case: "M24 N48 K96",
+    },
+    ShapePath {
+        shapes: "K not a multiple of 16",
+        path: "native dequantisation into a scratch weight, then cuBLAS",
+        case: "M2 N17 K129",
+    },
+];
+
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    for (m, n, k) in [(1, 3, 5), (3, 17, 129), (8, 64, 256)] {
+    // Decode rows (the GEMV: one row, several, a column count no block divides), a prefill
+    // block, K off the 16-weight vectors, and last (the one `--perf` times) a decode GEMV of
+    // E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2 cache.
+    for (m, n, k) in [
+        (1, 3, 32),
+        (3, 130, 272),
+        (8, 64, 512),
+        (24, 48, 96),
+        (2, 17, 129),
+        (1, 2560, 10240),
+    ] {
         let mut c = Builder::new(device, dtype, rng);
         let x = c.uniform(&[m, k], -1.0, 1.0)?;
         let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
@@ -99,28 +169,4 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     Ok(vec![matmul_bt_fp8_channel_on(arm, f(0), c.raw(0), f(1))?])
-}
-
-/// Warps per block of the kernel, which gives each warp one output.
-const WARPS_PER_BLOCK: usize = 8;
-
-/// One warp per output, `WARPS_PER_BLOCK` per block, on `lanes`-wide warps.
-fn output_grid(outputs: usize, lanes: usize) -> super::native::Grid {
-    super::native::Grid::of_warps(outputs.div_ceil(WARPS_PER_BLOCK), WARPS_PER_BLOCK, lanes)
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::kernels::native::WARP_WIDTHS;
-
-    /// The kernel's output index is its global thread index over warpSize.
-    #[test]
-    fn the_grid_covers_every_output_on_any_warp_width() {
-        for lanes in WARP_WIDTHS {
-            for outputs in [1, 7, 8, 9, 4096 * 3] {
-                let grid = super::output_grid(outputs, lanes);
-                assert!(grid.blocks as usize * grid.warps(lanes) >= outputs);
-            }
-        }
-    }
 }

@@ -5,6 +5,7 @@ use super::config::{Config, KvSource, LayerKind, LayerSpec};
 use super::device_step::{DeviceStep, KindInputs};
 use super::kv_cache::{attention_mask, AttendKv, KvCache};
 use super::ple::{PerLayerEmbeddings, PlePlacement, TokenRows};
+use super::projection::Projection;
 use super::weights::Checkpoint;
 use crate::kernels::{
     attention::attention,
@@ -103,13 +104,13 @@ struct DecoderLayer {
     /// The attention's input projection: `[q ‖ k ‖ v]` rows stacked at load on layers that
     /// compute their own K/V (`[q ‖ k]` on k_eq_v layers), q alone on KV-consumer layers. One
     /// projection instead of three: at decode sizes each is one GEMV launch streaming its weights.
-    qkv_proj: Tensor,
+    qkv_proj: Projection,
     /// Where q, k and v sit in `qkv_proj`'s output.
     qkv_layout: QkvLayout,
     q_norm: Tensor,
     /// On layers that compute their own K/V.
     k_norm: Option<Tensor>,
-    o_proj: Tensor,
+    o_proj: Projection,
     mlp: Mlp,
     moe: Option<Moe>,
     ple: Option<LayerPle>,
@@ -118,8 +119,8 @@ struct DecoderLayer {
 struct Mlp {
     /// `[gate ‖ up]` stacked at load, `[2·width, H]`: one projection instead of two, whose
     /// output is exactly what `gelu_and_mul` takes.
-    gate_up: Tensor,
-    down: Tensor,
+    gate_up: Projection,
+    down: Projection,
 }
 
 struct Moe {
@@ -135,8 +136,8 @@ struct Moe {
 }
 
 struct LayerPle {
-    gate: Tensor,
-    projection: Tensor,
+    gate: Projection,
+    projection: Projection,
     post_norm: Tensor,
 }
 
@@ -391,7 +392,7 @@ impl Gemma4 {
             };
             let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
-            let attn = linear(&attn, &layer.o_proj)?;
+            let attn = layer.o_proj.forward(&attn)?;
             let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
             x = layer.feed_forward(&x, &attn, layer_ple, &self.config)?;
         }
@@ -529,10 +530,15 @@ impl DecoderLayer {
             &self.post_feedforward_norm,
             &self.q_norm,
         ];
-        let attention = [&self.qkv_proj, &self.o_proj]
-            .into_iter()
-            .chain(self.k_norm.iter());
-        let mlp = [&self.mlp.gate_up, &self.mlp.down];
+        let projections = [
+            &self.qkv_proj,
+            &self.o_proj,
+            &self.mlp.gate_up,
+            &self.mlp.down,
+        ]
+        .into_iter()
+        .chain(self.ple.iter().flat_map(|p| [&p.gate, &p.projection]))
+        .flat_map(Projection::tensors);
         let moe = self.moe.iter().flat_map(|m| {
             [
                 &m.router_proj,
@@ -545,16 +551,13 @@ impl DecoderLayer {
                 &m.post_norm_2,
             ]
         });
-        let ple = self
-            .ple
-            .iter()
-            .flat_map(|p| [&p.gate, &p.projection, &p.post_norm]);
+        let ple_norm = self.ple.iter().map(|p| &p.post_norm);
         norms
             .into_iter()
-            .chain(attention)
-            .chain(mlp)
+            .chain(self.k_norm.iter())
+            .chain(projections)
             .chain(moe)
-            .chain(ple)
+            .chain(ple_norm)
     }
 
     fn load(
@@ -584,7 +587,7 @@ impl DecoderLayer {
         let k_norm = (kv != KvPart::None)
             .then(|| ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd]))
             .transpose()?;
-        let qkv_proj = ckpt.concat(&projections)?;
+        let qkv_proj = ckpt.concat_projection(&projections)?;
         let moe = match &config.moe {
             Some(m) => Some(Moe {
                 top_k: m.top_k,
@@ -607,8 +610,8 @@ impl DecoderLayer {
         };
         let ple = match &config.ple {
             Some(s) => Some(LayerPle {
-                gate: ckpt.tensor(&p("per_layer_input_gate.weight"), &[s.width, h])?,
-                projection: ckpt.tensor(&p("per_layer_projection.weight"), &[h, s.width])?,
+                gate: ckpt.projection(&p("per_layer_input_gate.weight"), &[s.width, h])?,
+                projection: ckpt.projection(&p("per_layer_projection.weight"), &[h, s.width])?,
                 post_norm: norm("post_per_layer_input_norm.weight")?,
             }),
             None => None,
@@ -634,13 +637,13 @@ impl DecoderLayer {
             },
             q_norm: ckpt.tensor(&p("self_attn.q_norm.weight"), &[hd])?,
             k_norm,
-            o_proj: ckpt.tensor(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
+            o_proj: ckpt.projection(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
             mlp: Mlp {
-                gate_up: ckpt.concat(&[
+                gate_up: ckpt.concat_projection(&[
                     (p("mlp.gate_proj.weight"), vec![width, h]),
                     (p("mlp.up_proj.weight"), vec![width, h]),
                 ])?,
-                down: ckpt.tensor(&p("mlp.down_proj.weight"), &[h, width])?,
+                down: ckpt.projection(&p("mlp.down_proj.weight"), &[h, width])?,
             },
             moe,
             ple,
@@ -657,7 +660,7 @@ impl DecoderLayer {
         sin: &Tensor,
         eps: f64,
     ) -> Result<AttentionInputs> {
-        let qkv = linear(h, &self.qkv_proj)?;
+        let qkv = self.qkv_proj.forward(h)?;
         Ok(qkv_norm_rope(
             &qkv,
             self.qkv_layout,
@@ -685,8 +688,8 @@ impl DecoderLayer {
             &self.pre_feedforward_norm,
             eps,
         )?;
-        let gate_up = linear(&normed, &self.mlp.gate_up)?;
-        let mlp_out = linear(&gelu_and_mul(&gate_up)?, &self.mlp.down)?;
+        let gate_up = self.mlp.gate_up.forward(&normed)?;
+        let mlp_out = self.mlp.down.forward(&gelu_and_mul(&gate_up)?)?;
         let mut x = match &self.moe {
             Some(moe) => {
                 let norms = OutputNorms {
@@ -706,8 +709,8 @@ impl DecoderLayer {
         };
         if let (Some(layer_ple), Some(ple)) = (&self.ple, ple) {
             let ple = ple.squeeze(2)?;
-            let gated = gelu_mul(&linear(&x, &layer_ple.gate)?, &ple)?;
-            let projected = linear(&gated, &layer_ple.projection)?;
+            let gated = gelu_mul(&layer_ple.gate.forward(&x)?, &ple)?;
+            let projected = layer_ple.projection.forward(&gated)?;
             x = rms_norm_plus_add(&x, &projected, &layer_ple.post_norm, eps)?;
         }
         Ok(x.affine(self.layer_scalar, 0.0)?)

@@ -8,6 +8,7 @@ pub mod gemma4;
 pub mod generation;
 pub mod kv_cache;
 pub mod ple;
+pub mod projection;
 pub mod sampling;
 pub mod session;
 pub mod source;

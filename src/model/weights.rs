@@ -4,6 +4,8 @@
 //! memory map held beside the copy, so a CPU model's memory is its weights), shape-checked and
 //! converted to the compute dtype. Every failure names the file and the tensor.
 
+use super::projection::Projection;
+use crate::kernels::{arm_for, Arm, Op};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -315,21 +317,9 @@ impl Checkpoint {
             // compressed-tensors FP8: e4m3 weights with one f32 scale per output row, dequantised
             // once here (on the device, through the registry) into the compute dtype.
             DType::F8E4M3 => {
-                let scale_name = format!("{full_name}_scale");
-                if !self.location.contains_key(&scale_name) {
-                    bail!("{}: FP8 tensor {full_name} has no {scale_name}", path.display());
-                }
                 let rows = shape.first().copied().unwrap_or(1);
-                let scale = self.raw_f32(&scale_name)?;
-                if scale.elem_count() != rows {
-                    bail!(
-                        "{}: {scale_name} has {} values, expected one per row of {full_name} ({rows})",
-                        path.display(),
-                        scale.elem_count()
-                    );
-                }
+                let scale = moved(self.fp8_scale(file, full_name, rows)?)?;
                 let weight = moved(stored)?.reshape((rows, ()))?;
-                let scale = moved(scale)?;
                 let dense = crate::kernels::dequant_fp8_channel::dequant_fp8_channel(
                     &weight, &scale, self.dtype,
                 )?;
@@ -340,6 +330,77 @@ impl Checkpoint {
                 path.display()
             ),
         }
+    }
+
+    /// Decoder projection `name` (`[rows, cols]`), loaded as [`Checkpoint::tensor`] does, except
+    /// that an FP8 weight stays e4m3 with its row scales where the registry runs
+    /// `matmul_bt_fp8_channel` natively for this device and dtype.
+    pub fn projection(&self, name: &str, shape: &[usize]) -> Result<Projection> {
+        self.concat_projection(&[(name.to_string(), shape.to_vec())])
+    }
+
+    /// Decoder projections `parts` joined along their rows as [`Checkpoint::concat`] joins them;
+    /// FP8 kept as such (weights and scales joined alike) when every part is stored in FP8.
+    pub fn concat_projection(&self, parts: &[(String, Vec<usize>)]) -> Result<Projection> {
+        let located = parts
+            .iter()
+            .map(|(name, shape)| {
+                let full_name = format!("{}{name}", self.prefix);
+                let (file, entry) = self.locate(&full_name, shape)?;
+                Ok((full_name, shape[0], file, entry))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let all_fp8 = located
+            .iter()
+            .all(|(_, _, _, entry)| entry.candle_dtype() == Some(DType::F8E4M3));
+        let fp8_native = matches!(
+            arm_for(Op::MatmulBtFp8Channel, &self.device, self.dtype),
+            Arm::Native(_)
+        );
+        if !(all_fp8 && fp8_native) {
+            return Ok(Projection::Dense(match parts {
+                [(name, shape)] => self.tensor(name, shape)?,
+                _ => self.concat(parts)?,
+            }));
+        }
+        let (mut weights, mut scales) = (Vec::new(), Vec::new());
+        for (full_name, rows, file, entry) in &located {
+            weights.push(self.stored(file, full_name, entry)?.reshape((*rows, ()))?);
+            scales.push(self.fp8_scale(file, full_name, *rows)?);
+        }
+        let names = || {
+            let names: Vec<&str> = located.iter().map(|(n, ..)| n.as_str()).collect();
+            names.join(" + ")
+        };
+        let on_device = |parts: &[Tensor]| {
+            Tensor::cat(parts, 0)
+                .and_then(|joined| joined.to_device(&self.device))
+                .map_err(|e| anyhow::anyhow!("FP8 projection {}: {e}", names()))
+        };
+        Ok(Projection::Fp8 {
+            weight: on_device(&weights)?,
+            scale: on_device(&scales)?,
+        })
+    }
+
+    /// The f32 row scales `{full_name}_scale` of an FP8 weight with `rows` rows, on the host.
+    fn fp8_scale(&self, file: &ShardFile, full_name: &str, rows: usize) -> Result<Tensor> {
+        let scale_name = format!("{full_name}_scale");
+        if !self.location.contains_key(&scale_name) {
+            bail!(
+                "{}: FP8 tensor {full_name} has no {scale_name}",
+                file.path.display()
+            );
+        }
+        let scale = self.raw_f32(&scale_name)?;
+        if scale.elem_count() != rows {
+            bail!(
+                "{}: {scale_name} has {} values, expected one per row of {full_name} ({rows})",
+                file.path.display(),
+                scale.elem_count()
+            );
+        }
+        Ok(scale.flatten_all()?)
     }
 
     /// Decoder tensor `name` (`[rows, cols]`) kept in host memory as stored, for reading a few

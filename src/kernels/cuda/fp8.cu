@@ -11,34 +11,130 @@ __device__ __forceinline__ float e4m3_to_f32(uint8_t bits) {
     return sign * ldexpf(1.0f + mantissa / 8.0f, exponent - 7);
 }
 
-// dequant_fp8_channel: W = f32(W_e4m3) x scale[row], cast to T.
+// Four e4m3 bytes of a 32-bit word as floats times 2^-8, exactly: each byte's sign and 7 low bits
+// moved into an f16 (e4m3's exponent field lands in f16's, whose bias is 8 more; subnormals map to
+// subnormals), then widened. The NaN encoding S.1111.111 reads as ±480; quantisers never store it.
+__device__ __forceinline__ void e4m3x4_to_f32_times_2_pow_minus_8(uint32_t bytes, float out[4]) {
+    const uint32_t even = ((bytes & 0x00800080u) << 8) | ((bytes & 0x007f007fu) << 7);
+    const uint32_t odd = (bytes & 0x80008000u) | ((bytes & 0x7f007f00u) >> 1);
+    out[0] = __half2float(__ushort_as_half((unsigned short)(even & 0xffffu)));
+    out[1] = __half2float(__ushort_as_half((unsigned short)(odd & 0xffffu)));
+    out[2] = __half2float(__ushort_as_half((unsigned short)(even >> 16)));
+    out[3] = __half2float(__ushort_as_half((unsigned short)(odd >> 16)));
+}
+
+// dequant_fp8_channel: W = f32(W_e4m3) × scale[row], cast to T. Rows of whole 16-byte vectors
+// are read 16 weights per load and decoded in registers (e4m3 × 2^-8 × (scale × 2^8) is the same
+// product, rounded once); other widths one weight at a time.
+template <typename T>
+__device__ void dequant_fp8_channel(const uint8_t* w, const float* scale, T* out, size_t rows, size_t cols) {
+    const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    if (cols % 16 == 0 && ((uintptr_t)w % 16) == 0) {
+        for (size_t g = first; g < rows * cols / 16; g += stride) {
+            const uint4 bytes = reinterpret_cast<const uint4*>(w)[g];
+            float v[16];
+            e4m3x4_to_f32_times_2_pow_minus_8(bytes.x, v);
+            e4m3x4_to_f32_times_2_pow_minus_8(bytes.y, v + 4);
+            e4m3x4_to_f32_times_2_pow_minus_8(bytes.z, v + 8);
+            e4m3x4_to_f32_times_2_pow_minus_8(bytes.w, v + 12);
+            const float s = scale[g * 16 / cols] * 256.0f;
+            __align__(16) T values[16];
+#pragma unroll
+            for (int e = 0; e < 16; ++e) values[e] = g4_from_f32<T>(v[e] * s);
+#pragma unroll
+            for (int q = 0; q < (int)sizeof(T); ++q) {
+                reinterpret_cast<uint4*>(out + g * 16)[q] = reinterpret_cast<const uint4*>(values)[q];
+            }
+        }
+        return;
+    }
+    for (size_t i = first; i < rows * cols; i += stride) out[i] = g4_from_f32<T>(e4m3_to_f32(w[i]) * scale[i / cols]);
+}
+
 #define G4_FP8(NAME, T)                                                                                    \
     extern "C" __global__ void g4_dequant_fp8_channel_##NAME(const uint8_t* w, const float* scale, T* out, \
                                                              size_t rows, size_t cols) {                   \
-        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < rows * cols;                     \
-             i += (size_t)gridDim.x * blockDim.x) {                                                       \
-            out[i] = g4_from_f32<T>(e4m3_to_f32(w[i]) * scale[i / cols]);                                  \
-        }                                                                                                  \
+        dequant_fp8_channel<T>(w, scale, out, rows, cols);                                                 \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8)
 
-// matmul_bt_fp8_channel: Y[m, n] = Σ_k X[m, k] · e4m3(W[n, k]) · scale[n], one warp per output,
-// decoding the weights on the fly (never materialised in T): the decode-time GEMV of an FP8
-// checkpoint.
+
+// matmul_bt_fp8_channel for a few rows of X (decode): Y[m, n] = scale[n] · Σ_k X[m, k]·e4m3(W[n, k]).
+// linear.cu's GEMV with e4m3 weights: warps_per_col warps split each column's K, every lane issues
+// a batch of independent 16-byte loads (16 weights each) before decoding them in registers, and
+// the row scale (with the decode's 2^8) multiplies the f32 sum once. The weights are never
+// materialised in T, so decode reads half of bf16's bytes.
+#define G4_FP8_MAX_ROWS 8
+#define G4_FP8_BATCH 8
+#define G4_FP8_MAX_WARPS 32
+
+template <typename T>
+__device__ void linear_fp8(const T* x, const uint8_t* w, const float* scale, T* y, int m, int n, int k,
+                           int warps_per_col) {
+    constexpr int weights_per_vector = 16, x_per_vector = 16 / sizeof(T);
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int cols_per_block = blockDim.x / warp_size / warps_per_col;
+    const int col = blockIdx.x * cols_per_block + warp / warps_per_col;
+    const int part = warp % warps_per_col;
+    const int vectors = k / weights_per_vector;
+    const int step = warp_size * warps_per_col;
+    float sum[G4_FP8_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < G4_FP8_MAX_ROWS; ++r) sum[r] = 0.0f;
+    if (col < n) {
+        const uint4* w_col = reinterpret_cast<const uint4*>(w + (size_t)col * k);
+        for (int base = part * warp_size + lane; base < vectors; base += step * G4_FP8_BATCH) {
+            uint4 batch[G4_FP8_BATCH];
+#pragma unroll
+            for (int u = 0; u < G4_FP8_BATCH; ++u) {
+                const int i = base + u * step;
+                batch[u] = i < vectors ? w_col[i] : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < G4_FP8_BATCH; ++u) {
+                const int i = base + u * step;
+                if (i >= vectors) break;
+                float wf[weights_per_vector];
+                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].x, wf);
+                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].y, wf + 4);
+                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].z, wf + 8);
+                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].w, wf + 12);
+#pragma unroll
+                for (int r = 0; r < G4_FP8_MAX_ROWS; ++r) {
+                    if (r >= m) break;
+                    const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)r * k + (size_t)i * weights_per_vector);
+#pragma unroll
+                    for (int q = 0; q < weights_per_vector / x_per_vector; ++q) {
+                        const uint4 xv = xr[q];
+                        const T* xt = reinterpret_cast<const T*>(&xv);
+#pragma unroll
+                        for (int e = 0; e < x_per_vector; ++e) sum[r] += g4_to_f32(xt[e]) * wf[q * x_per_vector + e];
+                    }
+                }
+            }
+        }
+    }
+    __shared__ float partial[G4_FP8_MAX_WARPS][G4_FP8_MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < G4_FP8_MAX_ROWS; ++r) {
+        if (r >= m) break;
+        float s = sum[r];
+        for (int bits = warp_size / 2; bits > 0; bits >>= 1) s += G4_SHFL_XOR(s, bits);
+        if (lane == 0) partial[warp][r] = s;
+    }
+    __syncthreads();
+    if (part == 0 && lane < m && col < n) {
+        float total = 0.0f;
+        for (int p = 0; p < warps_per_col; ++p) total += partial[warp + p][lane];
+        y[(size_t)lane * n + col] = g4_from_f32<T>(total * (scale[col] * 256.0f));
+    }
+}
+
 #define G4_FP8_MATMUL(NAME, T)                                                                             \
     extern "C" __global__ void g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,              \
                                                                const float* scale, T* y, int m, int n,     \
-                                                               int k) {                                    \
-        const int warp_size = warpSize;                                                                    \
-        const size_t output = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / warp_size;                 \
-        const int lane = threadIdx.x % warp_size;                                                          \
-        if (output >= (size_t)m * n) return;                                                               \
-        const size_t row = output / n, col = output % n;                                                   \
-        float acc = 0.0f;                                                                                  \
-        for (int j = lane; j < k; j += warp_size) {                                                        \
-            acc += g4_to_f32(x[row * k + j]) * e4m3_to_f32(w[col * k + j]);                                \
-        }                                                                                                  \
-        for (int mask = warp_size / 2; mask > 0; mask >>= 1) acc += G4_SHFL_XOR(acc, mask);               \
-        if (lane == 0) y[output] = g4_from_f32<T>(acc * scale[col]);                                       \
+                                                               int k, int warps_per_col) {                 \
+        linear_fp8<T>(x, w, scale, y, m, n, k, warps_per_col);                                            \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
