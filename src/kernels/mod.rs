@@ -26,6 +26,7 @@ pub mod dual_rms_norm_plus_res;
 pub mod gelu_and_mul;
 pub mod gelu_mul;
 pub mod linear;
+pub mod linear_panels;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
 pub mod moe_experts;
@@ -96,6 +97,7 @@ fused_ops! {
     Softcap => softcap,
     Attention => attention,
     Linear => linear,
+    LinearPanels => linear_panels,
     Argmax => argmax,
 }
 

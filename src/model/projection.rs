@@ -1,12 +1,20 @@
-//! A projection's weight `[N, K]` as the model holds it: dense in the compute dtype, or — for an
-//! FP8 checkpoint on a device with a native FP8 arm — the stored e4m3 values and their per-row
-//! scales, so that the weights take half of bf16's memory and decode reads half the bytes.
+//! A projection's weight `[N, K]` as the model holds it: dense in the compute dtype; packed into
+//! the panels the CPU's GEMM reads (f32 on a CPU with the SIMD arm); or — for an FP8 checkpoint on
+//! a device with a native FP8 arm — the stored e4m3 values and their per-row scales, so that the
+//! weights take half of bf16's memory and decode reads half the bytes.
 
-use crate::kernels::{linear::linear, matmul_bt_fp8_channel::matmul_bt_fp8_channel};
+use crate::kernels::{
+    linear::linear, linear_panels::linear_panels, matmul_bt_fp8_channel::matmul_bt_fp8_channel,
+};
 use candle_core::{Result, Tensor};
 
 pub enum Projection {
     Dense(Tensor),
+    /// `linear_panels::pack`'s layout of a weight with `n` rows.
+    Panels {
+        panels: Tensor,
+        n: usize,
+    },
     /// compressed-tensors FP8: `weight [N, K]` e4m3, `scale [N]` f32.
     Fp8 {
         weight: Tensor,
@@ -19,6 +27,7 @@ impl Projection {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Projection::Dense(w) => linear(x, w),
+            Projection::Panels { panels, n } => linear_panels(x, panels, *n),
             Projection::Fp8 { weight, scale } => matmul_bt_fp8_channel(x, weight, scale),
         }
     }
@@ -26,7 +35,7 @@ impl Projection {
     /// The tensors that hold it, for counting memory.
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
         let (first, second) = match self {
-            Projection::Dense(w) => (w, None),
+            Projection::Dense(w) | Projection::Panels { panels: w, .. } => (w, None),
             Projection::Fp8 { weight, scale } => (weight, Some(scale)),
         };
         std::iter::once(first).chain(second)

@@ -5,7 +5,7 @@
 //! converted to the compute dtype. Every failure names the file and the tensor.
 
 use super::projection::Projection;
-use crate::kernels::{arm_for, Arm, Op};
+use crate::kernels::{arm_for, linear_panels, Arm, Op};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -334,7 +334,8 @@ impl Checkpoint {
 
     /// Decoder projection `name` (`[rows, cols]`), loaded as [`Checkpoint::tensor`] does, except
     /// that an FP8 weight stays e4m3 with its row scales where the registry runs
-    /// `matmul_bt_fp8_channel` natively for this device and dtype.
+    /// `matmul_bt_fp8_channel` natively for this device and dtype, and that a dense one is packed
+    /// into panels where it runs `linear_panels` natively (f32 on a CPU).
     pub fn projection(&self, name: &str, shape: &[usize]) -> Result<Projection> {
         self.concat_projection(&[(name.to_string(), shape.to_vec())])
     }
@@ -358,10 +359,22 @@ impl Checkpoint {
             Arm::Native(_)
         );
         if !(all_fp8 && fp8_native) {
-            return Ok(Projection::Dense(match parts {
+            let dense = match parts {
                 [(name, shape)] => self.tensor(name, shape)?,
                 _ => self.concat(parts)?,
-            }));
+            };
+            let panels_native = matches!(
+                arm_for(Op::LinearPanels, &self.device, self.dtype),
+                Arm::Native(_)
+            );
+            return Ok(if panels_native {
+                Projection::Panels {
+                    panels: linear_panels::pack(&dense)?,
+                    n: dense.dim(0)?,
+                }
+            } else {
+                Projection::Dense(dense)
+            });
         }
         let (mut weights, mut scales) = (Vec::new(), Vec::new());
         for (full_name, rows, file, entry) in &located {

@@ -5,6 +5,8 @@
 //! Batch-1 decode on a CPU is bound by reading the weights: each projection's W is streamed
 //! once, for every row of X at the same time, by as many threads as the memory system needs.
 
+pub mod panels;
+
 #[cfg(target_arch = "aarch64")]
 use arm::dot_neon;
 use candle_core::Tensor;

@@ -268,16 +268,19 @@ pub const GPU_F32: &[NativeKernel] = &[
     },
 ];
 
+/// A CPU SIMD kernel in f32.
+const CPU_F32_KERNEL: NativeKernel = NativeKernel {
+    backend: Backend::Cpu,
+    dtypes: &[DType::F32],
+    min_compute_capability: None,
+};
+
 /// g4's own GPU kernel in every float dtype, and a CPU SIMD kernel in f32.
-pub const GPU_FLOATS_AND_CPU_F32: &[NativeKernel] = &[
-    CUDA_FLOAT_KERNEL,
-    HIP_FLOAT_KERNEL,
-    NativeKernel {
-        backend: Backend::Cpu,
-        dtypes: &[DType::F32],
-        min_compute_capability: None,
-    },
-];
+pub const GPU_FLOATS_AND_CPU_F32: &[NativeKernel] =
+    &[CUDA_FLOAT_KERNEL, HIP_FLOAT_KERNEL, CPU_F32_KERNEL];
+
+/// A CPU SIMD kernel in f32 only (an op the model uses on CPUs only).
+pub const CPU_F32: &[NativeKernel] = &[CPU_F32_KERNEL];
 
 /// A kernel argument.
 pub enum Arg<'a> {
