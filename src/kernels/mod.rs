@@ -30,6 +30,7 @@ pub mod linear_panels;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
 pub mod moe_experts;
+pub mod moe_experts_fp8;
 pub mod moe_gather_rows;
 pub mod moe_inputs;
 pub mod moe_output;
@@ -90,6 +91,7 @@ fused_ops! {
     MoeWeightedScatterAdd => moe_weighted_scatter_add,
     MoeZero => moe_zero,
     MoeExperts => moe_experts,
+    MoeExpertsFp8 => moe_experts_fp8,
     MoeInputs => moe_inputs,
     MoeOutput => moe_output,
     Rope => rope,

@@ -75,7 +75,7 @@ pub fn composed(
 
 /// The routed rows in expert order: each expert's count, the token of each routed row and its
 /// routing weight (on the device, uploaded once).
-struct Routing {
+pub(super) struct Routing {
     counts: Vec<usize>,
     rows: Tensor,
     row_weights: Tensor,
@@ -138,7 +138,7 @@ impl Routing {
 
 /// Prefill on the native arm: the same routing, each projection of every expert in one
 /// grouped GEMM of the vendor BLAS.
-fn grouped(
+pub(super) fn grouped(
     x: &Tensor,
     ids: &Tensor,
     weights: &Tensor,
@@ -155,9 +155,9 @@ fn grouped(
 
 /// Tokens up to which the native arm runs its decode kernels; longer (prefill) blocks reuse
 /// each expert's weights across its tokens, which the grouped path does.
-const NATIVE_MAX_TOKENS: usize = 8;
+pub(super) const NATIVE_MAX_TOKENS: usize = 8;
 /// Experts per token the down kernel holds sums for (`G4_MOE_MAX_SLOTS`).
-const NATIVE_MAX_SLOTS: usize = 8;
+pub(super) const NATIVE_MAX_SLOTS: usize = 8;
 const WARPS_PER_BLOCK: usize = 8;
 
 /// CUDA arm: two launches (src/kernels/cuda/moe_experts.cu): gate_up with the activation fused,
@@ -336,28 +336,39 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
-        let mut ids = Vec::with_capacity(tokens * slots);
-        for _ in 0..tokens {
-            // Distinct experts per token, as top-k chooses them.
-            let mut all: Vec<usize> = (0..experts).collect();
-            for i in 0..slots {
-                let j = c.rng.random_range(i..experts);
-                all.swap(i, j);
-            }
-            ids.extend_from_slice(&all[..slots]);
-        }
-        let weights = c.float_as(&[tokens, slots], DType::F32, |r| r.random_range(0.05..0.5))?;
+        let (ids, weights) = routing_inputs(&mut c, tokens, slots, experts)?;
         let spread = (hidden as f64).powf(-0.5) * 2.0;
         let gate_up = c.uniform(&[experts, 2 * width, hidden], -spread, spread)?;
         let down_spread = (width as f64).powf(-0.5) * 2.0;
         let down = c.uniform(&[experts, hidden, width], -down_spread, down_spread)?;
-        let id_values: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
-        c.raw(Tensor::from_vec(id_values, (tokens, slots), c.device())?);
         let expected = reference(&x, &ids, &weights, &gate_up, &down, slots, hidden, width);
         let label = format!("S{tokens} top-{slots} of {experts} H{hidden} W{width}");
         cases.push(c.finish(label, expected));
     }
     Ok(cases)
+}
+
+/// A case's routing: distinct experts per token, as top-k chooses them (the ids, a raw input),
+/// and their weights (a float input), returned as the values the reference sees.
+pub(super) fn routing_inputs(
+    c: &mut Builder,
+    tokens: usize,
+    slots: usize,
+    experts: usize,
+) -> Result<(Vec<usize>, Vec<f64>)> {
+    let mut ids = Vec::with_capacity(tokens * slots);
+    for _ in 0..tokens {
+        let mut all: Vec<usize> = (0..experts).collect();
+        for i in 0..slots {
+            let j = c.rng.random_range(i..experts);
+            all.swap(i, j);
+        }
+        ids.extend_from_slice(&all[..slots]);
+    }
+    let weights = c.float_as(&[tokens, slots], DType::F32, |r| r.random_range(0.05..0.5))?;
+    let id_values: Vec<u32> = ids.iter().map(|&e| e as u32).collect();
+    c.raw(Tensor::from_vec(id_values, (tokens, slots), c.device())?);
+    Ok((ids, weights))
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
@@ -368,7 +379,7 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
 /// The two kernels' launches: gate_up gives a warp each (row, column) of the `tokens · slots`
 /// rows of width `width`, down each (token, output column); blocks of `WARPS_PER_BLOCK` warps
 /// on `lanes`-wide warps.
-fn expert_grids(
+pub(super) fn expert_grids(
     tokens: usize,
     slots: usize,
     hidden: usize,

@@ -1,7 +1,7 @@
 //! The Gemma-4 text decoder (GEMMA4_TEXT.md §2). Every fused op goes through the registry in
 //! `crate::kernels`, the plain projections included (`linear`).
 
-use super::config::{Config, KvSource, LayerKind, LayerSpec};
+use super::config::{Config, KvSource, LayerKind, LayerSpec, MoeSpec};
 use super::device_step::{DeviceStep, KindInputs};
 use super::kv_cache::{attention_mask, AttendKv, KvCache};
 use super::ple::{PerLayerEmbeddings, PlePlacement, TokenRows};
@@ -14,6 +14,7 @@ use crate::kernels::{
     gelu_mul::gelu_mul,
     linear::linear,
     moe_experts::moe_experts,
+    moe_experts_fp8::{moe_experts_fp8, Fp8Experts},
     moe_inputs::moe_inputs,
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
@@ -21,6 +22,7 @@ use crate::kernels::{
     rms_norm::rms_norm,
     rms_norm_plus_add::rms_norm_plus_add,
     softcap::softcap,
+    Op,
 };
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -128,11 +130,84 @@ struct Moe {
     router_proj: Tensor,
     router_scale: Tensor,
     per_expert_scale: Tensor,
-    gate_up: Tensor,
-    down: Tensor,
+    experts: Experts,
     pre_norm_2: Tensor,
     post_norm_1: Tensor,
     post_norm_2: Tensor,
+}
+
+/// Every expert's projections, `gate_up [E, 2W, H]` and `down [E, H, W]`: in the compute dtype,
+/// or — an FP8 checkpoint where the registry runs `moe_experts_fp8` natively — e4m3 with their
+/// row scales `[E, 2W]` and `[E, H]`.
+enum Experts {
+    Dense {
+        gate_up: Tensor,
+        down: Tensor,
+    },
+    Fp8 {
+        gate_up: Tensor,
+        gate_up_scale: Tensor,
+        down: Tensor,
+        down_scale: Tensor,
+    },
+}
+
+impl Experts {
+    fn load(ckpt: &Checkpoint, layer: usize, moe: &MoeSpec, hidden: usize) -> Result<Experts> {
+        let (experts, width) = (moe.num_experts, moe.expert_width);
+        if let (Some(gate_up), Some(down)) = (
+            exploded_fp8(ckpt, layer, experts, "gate_up_proj", [2 * width, hidden])?,
+            exploded_fp8(ckpt, layer, experts, "down_proj", [hidden, width])?,
+        ) {
+            return Ok(Experts::Fp8 {
+                gate_up: gate_up.0,
+                gate_up_scale: gate_up.1,
+                down: down.0,
+                down_scale: down.1,
+            });
+        }
+        Ok(Experts::Dense {
+            gate_up: expert_tensor(ckpt, layer, experts, "gate_up_proj", &[2 * width, hidden])?,
+            down: expert_tensor(ckpt, layer, experts, "down_proj", &[hidden, width])?,
+        })
+    }
+
+    fn tensors(&self) -> Vec<&Tensor> {
+        match self {
+            Experts::Dense { gate_up, down } => vec![gate_up, down],
+            Experts::Fp8 {
+                gate_up,
+                gate_up_scale,
+                down,
+                down_scale,
+            } => vec![gate_up, gate_up_scale, down, down_scale],
+        }
+    }
+
+    /// `moe_experts` (or `moe_experts_fp8`) of the routed `inputs`.
+    fn forward(&self, inputs: &Tensor, ids: &Tensor, weights: &Tensor) -> Result<Tensor> {
+        Ok(match self {
+            Experts::Dense { gate_up, down } => moe_experts(inputs, ids, weights, gate_up, down)?,
+            Experts::Fp8 {
+                gate_up,
+                gate_up_scale,
+                down,
+                down_scale,
+            } => moe_experts_fp8(
+                inputs,
+                ids,
+                weights,
+                Fp8Experts {
+                    weight: gate_up,
+                    scale: gate_up_scale,
+                },
+                Fp8Experts {
+                    weight: down,
+                    scale: down_scale,
+                },
+            )?,
+        })
+    }
 }
 
 struct LayerPle {
@@ -544,12 +619,12 @@ impl DecoderLayer {
                 &m.router_proj,
                 &m.router_scale,
                 &m.per_expert_scale,
-                &m.gate_up,
-                &m.down,
                 &m.pre_norm_2,
                 &m.post_norm_1,
                 &m.post_norm_2,
             ]
+            .into_iter()
+            .chain(m.experts.tensors())
         });
         let ple_norm = self.ple.iter().map(|p| &p.post_norm);
         norms
@@ -594,14 +669,7 @@ impl DecoderLayer {
                 router_proj: ckpt.tensor(&p("router.proj.weight"), &[m.num_experts, h])?,
                 router_scale: ckpt.tensor(&p("router.scale"), &[h])?,
                 per_expert_scale: ckpt.tensor(&p("router.per_expert_scale"), &[m.num_experts])?,
-                gate_up: expert_tensor(
-                    ckpt,
-                    i,
-                    m.num_experts,
-                    "gate_up_proj",
-                    &[2 * m.expert_width, h],
-                )?,
-                down: expert_tensor(ckpt, i, m.num_experts, "down_proj", &[h, m.expert_width])?,
+                experts: Experts::load(ckpt, i, m, h)?,
                 pre_norm_2: norm("pre_feedforward_layernorm_2.weight")?,
                 post_norm_1: norm("post_feedforward_layernorm_1.weight")?,
                 post_norm_2: norm("post_feedforward_layernorm_2.weight")?,
@@ -734,27 +802,57 @@ fn expert_tensor(
         shape.extend_from_slice(per_expert);
         return ckpt.tensor(&packed, &shape);
     }
-    // Exploded experts, joined in expert order (gate then up for each): the rows of the
-    // packed `[experts, rows, cols]` tensor.
-    let one = |e: usize, part: &str, rows: usize| {
-        (
-            format!("layers.{layer}.experts.{e}.{part}.weight"),
-            vec![rows, per_expert[1]],
-        )
-    };
-    let parts: Vec<(String, Vec<usize>)> = (0..experts)
-        .flat_map(|e| {
-            if name == "gate_up_proj" {
-                let half = per_expert[0] / 2;
-                vec![one(e, "gate_proj", half), one(e, "up_proj", half)]
-            } else {
-                vec![one(e, "down_proj", per_expert[0])]
-            }
-        })
-        .collect();
+    let parts = exploded_parts(layer, experts, name, [per_expert[0], per_expert[1]]);
     Ok(ckpt
         .concat(&parts)?
         .reshape((experts, per_expert[0], per_expert[1]))?)
+}
+
+/// Exploded experts' tensors in expert order (gate then up for each): the rows of the packed
+/// `[experts, rows, cols]` tensor `experts.{name}`.
+fn exploded_parts(
+    layer: usize,
+    experts: usize,
+    name: &str,
+    [rows, cols]: [usize; 2],
+) -> Vec<(String, Vec<usize>)> {
+    let one = |e: usize, part: &str, rows: usize| {
+        (
+            format!("layers.{layer}.experts.{e}.{part}.weight"),
+            vec![rows, cols],
+        )
+    };
+    (0..experts)
+        .flat_map(|e| {
+            if name == "gate_up_proj" {
+                vec![one(e, "gate_proj", rows / 2), one(e, "up_proj", rows / 2)]
+            } else {
+                vec![one(e, "down_proj", rows)]
+            }
+        })
+        .collect()
+}
+
+/// Exploded FP8 experts `experts.{name}` kept e4m3, `[experts, rows, cols]` with scales
+/// `[experts, rows]`, where the registry runs `moe_experts_fp8` natively; `None` otherwise.
+fn exploded_fp8(
+    ckpt: &Checkpoint,
+    layer: usize,
+    experts: usize,
+    name: &str,
+    shape: [usize; 2],
+) -> Result<Option<(Tensor, Tensor)>> {
+    if !ckpt.contains(&format!("layers.{layer}.experts.0.down_proj.weight")) {
+        return Ok(None);
+    }
+    let parts = exploded_parts(layer, experts, name, shape);
+    Ok(match ckpt.concat_fp8(&parts, Op::MoeExpertsFp8)? {
+        Some((weight, scale)) => Some((
+            weight.reshape((experts, shape[0], shape[1]))?,
+            scale.reshape((experts, shape[0]))?,
+        )),
+        None => None,
+    })
 }
 
 impl Moe {
@@ -766,7 +864,7 @@ impl Moe {
         let (routed, inputs) = moe_inputs(&flat, &self.router_scale, &self.pre_norm_2, eps)?;
         let logits = linear(&routed, &self.router_proj)?;
         let (weights, experts) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
-        let acc = moe_experts(&inputs, &experts, &weights, &self.gate_up, &self.down)?;
+        let acc = self.experts.forward(&inputs, &experts, &weights)?;
         Ok(acc.reshape((1, seq, hidden))?)
     }
 }

@@ -343,6 +343,36 @@ impl Checkpoint {
     /// Decoder projections `parts` joined along their rows as [`Checkpoint::concat`] joins them;
     /// FP8 kept as such (weights and scales joined alike) when every part is stored in FP8.
     pub fn concat_projection(&self, parts: &[(String, Vec<usize>)]) -> Result<Projection> {
+        if let Some((weight, scale)) = self.concat_fp8(parts, Op::MatmulBtFp8Channel)? {
+            return Ok(Projection::Fp8 { weight, scale });
+        }
+        let dense = match parts {
+            [(name, shape)] => self.tensor(name, shape)?,
+            _ => self.concat(parts)?,
+        };
+        let panels_native = matches!(
+            arm_for(Op::LinearPanels, &self.device, self.dtype),
+            Arm::Native(_)
+        );
+        Ok(if panels_native {
+            Projection::Panels {
+                panels: linear_panels::pack(&dense)?,
+                n: dense.dim(0)?,
+            }
+        } else {
+            Projection::Dense(dense)
+        })
+    }
+
+    /// Decoder tensors `parts` (2-D) joined along their rows as e4m3 weights `[rows, cols]` and
+    /// f32 row scales `[rows]`, on the device, when every part is stored in FP8 and the registry
+    /// runs `op` (the op that will read them) natively for this device and dtype; `None`
+    /// otherwise (the caller loads them dequantised).
+    pub fn concat_fp8(
+        &self,
+        parts: &[(String, Vec<usize>)],
+        op: Op,
+    ) -> Result<Option<(Tensor, Tensor)>> {
         let located = parts
             .iter()
             .map(|(name, shape)| {
@@ -354,27 +384,8 @@ impl Checkpoint {
         let all_fp8 = located
             .iter()
             .all(|(_, _, _, entry)| entry.candle_dtype() == Some(DType::F8E4M3));
-        let fp8_native = matches!(
-            arm_for(Op::MatmulBtFp8Channel, &self.device, self.dtype),
-            Arm::Native(_)
-        );
-        if !(all_fp8 && fp8_native) {
-            let dense = match parts {
-                [(name, shape)] => self.tensor(name, shape)?,
-                _ => self.concat(parts)?,
-            };
-            let panels_native = matches!(
-                arm_for(Op::LinearPanels, &self.device, self.dtype),
-                Arm::Native(_)
-            );
-            return Ok(if panels_native {
-                Projection::Panels {
-                    panels: linear_panels::pack(&dense)?,
-                    n: dense.dim(0)?,
-                }
-            } else {
-                Projection::Dense(dense)
-            });
+        if !all_fp8 || !matches!(arm_for(op, &self.device, self.dtype), Arm::Native(_)) {
+            return Ok(None);
         }
         let (mut weights, mut scales) = (Vec::new(), Vec::new());
         for (full_name, rows, file, entry) in &located {
@@ -383,17 +394,18 @@ impl Checkpoint {
         }
         let names = || {
             let names: Vec<&str> = located.iter().map(|(n, ..)| n.as_str()).collect();
-            names.join(" + ")
+            match names.as_slice() {
+                [one] => one.to_string(),
+                [first, .., last] => format!("{first} … {last}"),
+                [] => String::new(),
+            }
         };
         let on_device = |parts: &[Tensor]| {
             Tensor::cat(parts, 0)
                 .and_then(|joined| joined.to_device(&self.device))
-                .map_err(|e| anyhow::anyhow!("FP8 projection {}: {e}", names()))
+                .map_err(|e| anyhow::anyhow!("FP8 weights {}: {e}", names()))
         };
-        Ok(Projection::Fp8 {
-            weight: on_device(&weights)?,
-            scale: on_device(&scales)?,
-        })
+        Ok(Some((on_device(&weights)?, on_device(&scales)?)))
     }
 
     /// The f32 row scales `{full_name}_scale` of an FP8 weight with `rows` rows, on the host.

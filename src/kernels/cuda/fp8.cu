@@ -2,6 +2,7 @@
 // The e4m3 decode is written out (sign, 4-bit exponent with bias 7, 3-bit mantissa,
 // S.1111.111 = NaN) so no vendor FP8 header is needed.
 #include "g4_compat.cuh"
+#include "e4m3.cuh"
 
 __device__ __forceinline__ float e4m3_to_f32(uint8_t bits) {
     const float sign = (bits & 0x80) ? -1.0f : 1.0f;
@@ -9,18 +10,6 @@ __device__ __forceinline__ float e4m3_to_f32(uint8_t bits) {
     if (exponent == 0xF && mantissa == 0x7) return __int_as_float(0x7fc00000);
     if (exponent == 0) return sign * ldexpf((float)mantissa, -9);
     return sign * ldexpf(1.0f + mantissa / 8.0f, exponent - 7);
-}
-
-// Four e4m3 bytes of a 32-bit word as floats times 2^-8, exactly: each byte's sign and 7 low bits
-// moved into an f16 (e4m3's exponent field lands in f16's, whose bias is 8 more; subnormals map to
-// subnormals), then widened. The NaN encoding S.1111.111 reads as ±480; quantisers never store it.
-__device__ __forceinline__ void e4m3x4_to_f32_times_2_pow_minus_8(uint32_t bytes, float out[4]) {
-    const uint32_t even = ((bytes & 0x00800080u) << 8) | ((bytes & 0x007f007fu) << 7);
-    const uint32_t odd = (bytes & 0x80008000u) | ((bytes & 0x7f007f00u) >> 1);
-    out[0] = __half2float(__ushort_as_half((unsigned short)(even & 0xffffu)));
-    out[1] = __half2float(__ushort_as_half((unsigned short)(odd & 0xffffu)));
-    out[2] = __half2float(__ushort_as_half((unsigned short)(even >> 16)));
-    out[3] = __half2float(__ushort_as_half((unsigned short)(odd >> 16)));
 }
 
 // dequant_fp8_channel: W = f32(W_e4m3) × scale[row], cast to T. Rows of whole 16-byte vectors
@@ -47,10 +36,7 @@ __device__ void dequant_fp8_channel(const uint8_t* w, const float* scale, T* out
                 const unsigned g = (unsigned)(start + j * stride);
                 if (g >= groups) break;
                 float v[16];
-                e4m3x4_to_f32_times_2_pow_minus_8(bytes[j].x, v);
-                e4m3x4_to_f32_times_2_pow_minus_8(bytes[j].y, v + 4);
-                e4m3x4_to_f32_times_2_pow_minus_8(bytes[j].z, v + 8);
-                e4m3x4_to_f32_times_2_pow_minus_8(bytes[j].w, v + 12);
+                e4m3x16_to_f32_times_2_pow_minus_8(bytes[j], v);
                 const float s = scale[g / groups_per_row] * 256.0f;
                 __align__(16) T values[16];
 #pragma unroll
@@ -113,10 +99,7 @@ __device__ void linear_fp8(const T* x, const uint8_t* w, const float* scale, T* 
                 const int i = base + u * step;
                 if (i >= vectors) break;
                 float wf[weights_per_vector];
-                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].x, wf);
-                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].y, wf + 4);
-                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].z, wf + 8);
-                e4m3x4_to_f32_times_2_pow_minus_8(batch[u].w, wf + 12);
+                e4m3x16_to_f32_times_2_pow_minus_8(batch[u], wf);
 #pragma unroll
                 for (int r = 0; r < MAX_ROWS; ++r) {
                     if (r >= m) break;

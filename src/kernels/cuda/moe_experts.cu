@@ -5,17 +5,54 @@
 //   down:    out[t, c] = Σ_slot w[r] · (h[r]·Wd[e, c])                (f32)
 // Each warp reduces one output over its whole row with batches of independent 16-byte loads
 // (a decode GEMV is bound by memory latency unless many loads are in flight); rounding to T
-// happens where the composed arm stores an intermediate in T.
+// happens where the composed arm stores an intermediate in T. The weights are T (moe_experts)
+// or e4m3 with one f32 scale per row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in
+// registers, the scale applied to each row's sum).
 #include "g4_compat.cuh"
+#include "e4m3.cuh"
 
 #define G4_MOE_BATCH 8
 #define G4_MOE_MAX_SLOTS 8
 
-// gate_up: one warp per (row r, column j); blocks run over the columns of row 0, then row 1, ...
+// Weights stored as T: a 16-byte load holds 16 / sizeof(T) of them.
 template <typename T>
-__device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const T* gate_up, T* h, int slots,
-                                    int hidden, int width) {
-    constexpr int per_vector = 16 / sizeof(T);
+struct DenseWeights {
+    typedef T Stored;
+    static constexpr int per_vector = 16 / sizeof(T);
+    __device__ static void decode(const uint4& v, float* out) {
+        const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+        for (int e = 0; e < per_vector; ++e) out[e] = g4_to_f32(t[e]);
+    }
+    __device__ static float row_scale(const float*, size_t) { return 1.0f; }
+};
+
+// e4m3 weights with one f32 scale per row: 16 per load, decoded times 2^-8 (undone with the scale).
+struct E4m3Weights {
+    typedef uint8_t Stored;
+    static constexpr int per_vector = 16;
+    __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_times_2_pow_minus_8(v, out); }
+    __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * 256.0f; }
+};
+
+// The x values that meet weight vector i of a row: W::per_vector of them, as floats.
+template <typename T, typename W>
+__device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
+    constexpr int x_per_load = 16 / sizeof(T);
+    const uint4* xv = reinterpret_cast<const uint4*>(x_row + (size_t)i * W::per_vector);
+#pragma unroll
+    for (int q = 0; q < W::per_vector / x_per_load; ++q) {
+        const uint4 v = xv[q];
+        const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+        for (int e = 0; e < x_per_load; ++e) out[q * x_per_load + e] = g4_to_f32(t[e]);
+    }
+}
+
+// gate_up: one warp per (row r, column j); blocks run over the columns of row 0, then row 1, ...
+template <typename T, typename W>
+__device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typename W::Stored* gate_up,
+                                    const float* scale, T* h, int slots, int hidden, int width) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size;
     const int warps = blockDim.x / warp_size;
@@ -24,10 +61,11 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const T* ga
     const int j = (blockIdx.x % blocks_per_row) * warps + threadIdx.x / warp_size;
     if (j >= width) return;
     const size_t expert = ids[r];
-    const uint4* xv = reinterpret_cast<const uint4*>(x + (size_t)(r / slots) * hidden);
-    const uint4* gate = reinterpret_cast<const uint4*>(gate_up + (expert * 2 * width + j) * hidden);
-    const uint4* up = reinterpret_cast<const uint4*>(gate_up + (expert * 2 * width + width + j) * hidden);
-    const int vectors = hidden / per_vector;
+    const size_t gate_row = expert * 2 * width + j, up_row = gate_row + width;
+    const T* x_row = x + (size_t)(r / slots) * hidden;
+    const uint4* gate = reinterpret_cast<const uint4*>(gate_up + gate_row * hidden);
+    const uint4* up = reinterpret_cast<const uint4*>(gate_up + up_row * hidden);
+    const int vectors = hidden / W::per_vector;
     float g = 0.0f, u = 0.0f;
     for (int base = lane; base < vectors; base += warp_size * G4_MOE_BATCH) {
         uint4 gb[G4_MOE_BATCH], ub[G4_MOE_BATCH];
@@ -41,15 +79,14 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const T* ga
         for (int b = 0; b < G4_MOE_BATCH; ++b) {
             const int i = base + b * warp_size;
             if (i >= vectors) break;
-            const uint4 xb = xv[i];
-            const T* xt = reinterpret_cast<const T*>(&xb);
-            const T* gt = reinterpret_cast<const T*>(&gb[b]);
-            const T* ut = reinterpret_cast<const T*>(&ub[b]);
+            float xf[W::per_vector], gf[W::per_vector], uf[W::per_vector];
+            x_values<T, W>(x_row, i, xf);
+            W::decode(gb[b], gf);
+            W::decode(ub[b], uf);
 #pragma unroll
-            for (int e = 0; e < per_vector; ++e) {
-                const float xe = g4_to_f32(xt[e]);
-                g += xe * g4_to_f32(gt[e]);
-                u += xe * g4_to_f32(ut[e]);
+            for (int e = 0; e < W::per_vector; ++e) {
+                g += xf[e] * gf[e];
+                u += xf[e] * uf[e];
             }
         }
     }
@@ -58,6 +95,8 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const T* ga
         u += G4_SHFL_XOR(u, bits);
     }
     if (lane == 0) {
+        g *= W::row_scale(scale, gate_row);
+        u *= W::row_scale(scale, up_row);
         const float activated = g4_round<T>(g4_gelu_tanh(g4_round<T>(g)));
         h[(size_t)r * width + j] = g4_from_f32<T>(activated * g4_round<T>(u));
     }
@@ -65,10 +104,10 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const T* ga
 
 // down + weighted combine: one warp per (token t, column c); blocks run over the columns of
 // token 0, then token 1, ...
-template <typename T>
-__device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* weights, const T* down,
-                                 float* out, int slots, int hidden, int width) {
-    constexpr int per_vector = 16 / sizeof(T);
+template <typename T, typename W>
+__device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* weights,
+                                 const typename W::Stored* down, const float* scale, float* out, int slots,
+                                 int hidden, int width) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size;
     const int warps = blockDim.x / warp_size;
@@ -76,7 +115,7 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
     const int t = blockIdx.x / blocks_per_token;
     const int c = (blockIdx.x % blocks_per_token) * warps + threadIdx.x / warp_size;
     if (c >= hidden) return;
-    const int vectors = width / per_vector;
+    const int vectors = width / W::per_vector;
     // The (slot, vector) pairs of all slots as one index space, so that every lane keeps a
     // batch of loads in flight across slots.
     const int total = slots * vectors;
@@ -101,12 +140,12 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
             const int i = base + b * warp_size;
             if (i >= total) break;
             const int slot = i / vectors;
-            const uint4 hb = reinterpret_cast<const uint4*>(h + ((size_t)t * slots + slot) * width)[i % vectors];
-            const T* ht = reinterpret_cast<const T*>(&hb);
-            const T* wt = reinterpret_cast<const T*>(&wb[b]);
+            float hf[W::per_vector], wf[W::per_vector];
+            x_values<T, W>(h + ((size_t)t * slots + slot) * width, i % vectors, hf);
+            W::decode(wb[b], wf);
             float partial = 0.0f;
 #pragma unroll
-            for (int e = 0; e < per_vector; ++e) partial += g4_to_f32(ht[e]) * g4_to_f32(wt[e]);
+            for (int e = 0; e < W::per_vector; ++e) partial += hf[e] * wf[e];
 #pragma unroll
             for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
                 if (s == slot) sum[s] += partial;
@@ -119,20 +158,33 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
         if (s >= slots) break;
         float v = sum[s];
         for (int bits = warp_size / 2; bits > 0; bits >>= 1) v += G4_SHFL_XOR(v, bits);
+        const size_t expert = ids[(size_t)t * slots + s];
+        v *= W::row_scale(scale, expert * hidden + c);
         combined += weights[(size_t)t * slots + s] * g4_round<T>(v);
     }
     if (lane == 0) out[(size_t)t * hidden + c] = combined;
 }
 
-#define G4_MOE_EXPERTS(NAME, T)                                                                            \
-    extern "C" __global__ void g4_moe_experts_gate_up_##NAME(const T* x, const uint32_t* ids,              \
-                                                             const T* gate_up, T* h, int slots,            \
-                                                             int hidden, int width) {                      \
-        moe_experts_gate_up<T>(x, ids, gate_up, h, slots, hidden, width);                                  \
-    }                                                                                                      \
-    extern "C" __global__ void g4_moe_experts_down_##NAME(const T* h, const uint32_t* ids,                 \
-                                                          const float* weights, const T* down, float* out, \
-                                                          int slots, int hidden, int width) {              \
-        moe_experts_down<T>(h, ids, weights, down, out, slots, hidden, width);                             \
+#define G4_MOE_EXPERTS(NAME, T)                                                                              \
+    extern "C" __global__ void g4_moe_experts_gate_up_##NAME(const T* x, const uint32_t* ids,                \
+                                                             const T* gate_up, T* h, int slots,              \
+                                                             int hidden, int width) {                        \
+        moe_experts_gate_up<T, DenseWeights<T>>(x, ids, gate_up, nullptr, h, slots, hidden, width);          \
+    }                                                                                                        \
+    extern "C" __global__ void g4_moe_experts_down_##NAME(const T* h, const uint32_t* ids,                   \
+                                                          const float* weights, const T* down, float* out,   \
+                                                          int slots, int hidden, int width) {                \
+        moe_experts_down<T, DenseWeights<T>>(h, ids, weights, down, nullptr, out, slots, hidden, width);     \
+    }                                                                                                        \
+    extern "C" __global__ void g4_moe_experts_fp8_gate_up_##NAME(const T* x, const uint32_t* ids,            \
+                                                                 const uint8_t* gate_up, const float* scale, \
+                                                                 T* h, int slots, int hidden, int width) {   \
+        moe_experts_gate_up<T, E4m3Weights>(x, ids, gate_up, scale, h, slots, hidden, width);                \
+    }                                                                                                        \
+    extern "C" __global__ void g4_moe_experts_fp8_down_##NAME(const T* h, const uint32_t* ids,               \
+                                                              const float* weights, const uint8_t* down,     \
+                                                              const float* scale, float* out, int slots,     \
+                                                              int hidden, int width) {                       \
+        moe_experts_down<T, E4m3Weights>(h, ids, weights, down, scale, out, slots, hidden, width);           \
     }
 G4_FOR_FLOAT_TYPES(G4_MOE_EXPERTS)

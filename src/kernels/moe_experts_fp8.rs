@@ -1,0 +1,261 @@
+//! `moe_experts_fp8`: `moe_experts` over an FP8 checkpoint's experts — e4m3 weights with one f32
+//! scale per row (`gate_up [E, 2W, H]` with `[E, 2W]` scales, `down [E, H, W]` with `[E, H]`), the
+//! layout compressed-tensors' exploded experts join into. The native arm decodes e4m3 in
+//! registers while it reads only the chosen experts' rows (decode: half of bf16's bytes); a
+//! prefill dequantises the layer's experts into a scratch copy for the grouped GEMMs.
+
+use super::check::{Builder, Case};
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::moe_experts::{self, NATIVE_MAX_SLOTS, NATIVE_MAX_TOKENS};
+use super::{arm_for, dequant_fp8_channel, Arm, Op};
+use candle_core::{DType, Device, Result, Tensor};
+use rand::rngs::StdRng;
+
+const OP: Op = Op::MoeExpertsFp8;
+
+/// One projection of every expert: e4m3 `[E, rows, cols]` and its f32 row scales `[E, rows]`.
+#[derive(Clone, Copy)]
+pub struct Fp8Experts<'a> {
+    pub weight: &'a Tensor,
+    pub scale: &'a Tensor,
+}
+
+impl Fp8Experts<'_> {
+    /// `[E, rows, cols]` in `dtype`, through the given arm of `dequant_fp8_channel`.
+    fn dequantised(&self, dtype: DType, native: bool) -> Result<Tensor> {
+        let (experts, rows, cols) = self.weight.dims3()?;
+        let weight = self.weight.reshape((experts * rows, cols))?;
+        let scale = self.scale.reshape(experts * rows)?;
+        let dense = if native {
+            dequant_fp8_channel::dequant_fp8_channel(&weight, &scale, dtype)?
+        } else {
+            dequant_fp8_channel::composed(&weight, &scale, dtype)?
+        };
+        dense.reshape((experts, rows, cols))
+    }
+}
+
+/// `x [S, H]`, `ids [S, K]` u32, `weights [S, K]` f32 → `[S, H]` f32.
+pub fn moe_experts_fp8(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+) -> Result<Tensor> {
+    let arm = arm_for(OP, x.device(), x.dtype());
+    moe_experts_fp8_on(arm, x, ids, weights, gate_up, down)
+}
+
+/// Runs one given arm; `probe-ops` checks every available arm through this.
+pub fn moe_experts_fp8_on(
+    arm: Arm,
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+) -> Result<Tensor> {
+    match arm {
+        Arm::Composed => composed(x, ids, weights, gate_up, down),
+        Arm::Native(_) => native_fwd(x, ids, weights, gate_up, down),
+    }
+}
+
+/// Every expert dequantised into x's dtype, then `moe_experts`' composed arm.
+pub fn composed(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+) -> Result<Tensor> {
+    let (gate_up, down) = (
+        gate_up.dequantised(x.dtype(), false)?,
+        down.dequantised(x.dtype(), false)?,
+    );
+    moe_experts::composed(x, ids, weights, &gate_up, &down)
+}
+
+/// CUDA arm: for decode, `moe_experts`' two launches over e4m3 rows
+/// (src/kernels/cuda/moe_experts.cu); for a prefill, the native dequantisation and
+/// `moe_experts`' grouped GEMMs.
+fn native_fwd(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
+    let (tokens, hidden) = x.dims2()?;
+    let slots = ids.dim(1)?;
+    let width = down.weight.dim(2)?;
+    let fits = tokens <= NATIVE_MAX_TOKENS
+        && slots <= NATIVE_MAX_SLOTS
+        && hidden.is_multiple_of(16)
+        && width.is_multiple_of(16)
+        && (hidden * x.dtype().size_in_bytes()).is_multiple_of(16);
+    let (x, gate_up_weight, down_weight) = (
+        x.contiguous()?,
+        gate_up.weight.contiguous()?,
+        down.weight.contiguous()?,
+    );
+    if !fits
+        || ![&x, &gate_up_weight, &down_weight]
+            .into_iter()
+            .all(vector_aligned)
+    {
+        let (gate_up, down) = (
+            gate_up.dequantised(x.dtype(), true)?,
+            down.dequantised(x.dtype(), true)?,
+        );
+        return moe_experts::grouped(&x, ids, weights, &gate_up, &down);
+    }
+    let ids = ids.to_dtype(DType::U32)?.contiguous()?;
+    let weights = weights.to_dtype(DType::F32)?.contiguous()?;
+    let gate_up_scale = gate_up.scale.to_dtype(DType::F32)?.contiguous()?;
+    let down_scale = down.scale.to_dtype(DType::F32)?.contiguous()?;
+    let h = empty((tokens * slots, width), x.dtype(), x.device())?;
+    let out = empty((tokens, hidden), DType::F32, x.device())?;
+    let lanes = warp_lanes(x.device());
+    let (gate_up_grid, down_grid) = moe_experts::expert_grids(tokens, slots, hidden, width, lanes);
+    launch(
+        &kernel_name("moe_experts_fp8_gate_up", x.dtype())?,
+        x.device(),
+        gate_up_grid,
+        &[
+            Arg::Tensor(&x),
+            Arg::Tensor(&ids),
+            Arg::Tensor(&gate_up_weight),
+            Arg::Tensor(&gate_up_scale),
+            Arg::Tensor(&h),
+            Arg::I32(slots as i32),
+            Arg::I32(hidden as i32),
+            Arg::I32(width as i32),
+        ],
+    )?;
+    launch(
+        &kernel_name("moe_experts_fp8_down", x.dtype())?,
+        x.device(),
+        down_grid,
+        &[
+            Arg::Tensor(&h),
+            Arg::Tensor(&ids),
+            Arg::Tensor(&weights),
+            Arg::Tensor(&down_weight),
+            Arg::Tensor(&down_scale),
+            Arg::Tensor(&out),
+            Arg::I32(slots as i32),
+            Arg::I32(hidden as i32),
+            Arg::I32(width as i32),
+        ],
+    )?;
+    Ok(out)
+}
+
+/// The op's contract (`contract.rs`): checked against `moe_experts::reference` on the
+/// dequantised weights in every case below.
+pub const CONTRACT: OpContract = OpContract {
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).shape_paths(SHAPE_PATHS),
+    cases,
+    run,
+    mutants: &[Mutant {
+        what: "the down projection's row scales ignored",
+        run: |c| {
+            let [gate_up, gate_up_scale, down, down_scale] = experts_of(c)?;
+            let gate_up = Fp8Experts {
+                weight: &gate_up,
+                scale: &gate_up_scale,
+            };
+            let ones = down_scale.ones_like()?;
+            let unscaled = Fp8Experts {
+                weight: &down,
+                scale: &ones,
+            };
+            Ok(vec![composed(
+                c.float(0),
+                c.raw(0),
+                c.float(1),
+                gate_up,
+                unscaled,
+            )?])
+        },
+    }],
+};
+
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "up to 8 tokens (decode), up to 8 experts each, H and W multiples of 16",
+        path: "native: chosen experts' e4m3 rows read by id and decoded in registers, two launches",
+        case: "S1 top-8 of 10 H2816 W704",
+    },
+    ShapePath {
+        shapes: "more than 8 tokens (prefill), or H or W not a multiple of 16",
+        path: "native dequantisation of the layer's experts, then moe_experts' grouped GEMMs",
+        case: "S12 top-2 of 6 H64 W32",
+    },
+];
+
+fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    // (tokens, experts per token, experts, hidden, expert width); the last has 26B-A4B's expert
+    // sizes with 10 experts instead of 128.
+    for (tokens, slots, experts, hidden, width) in [
+        (1, 2, 4, 64, 32),
+        (3, 2, 5, 48, 20),
+        (8, 4, 6, 128, 64),
+        (12, 2, 6, 64, 32),
+        (1, 8, 10, 2816, 704),
+    ] {
+        let mut c = Builder::new(device, dtype, rng);
+        // Small activations: e4m3 weights reach ±448 before their scales.
+        let x = c.uniform(&[tokens, hidden], -0.05, 0.05)?;
+        let (ids, weights) = moe_experts::routing_inputs(&mut c, tokens, slots, experts)?;
+        let (gate_up, gate_up_scale) =
+            dequant_fp8_channel::fp8_weight(&mut c, experts * 2 * width, hidden)?;
+        let (down, down_scale) = dequant_fp8_channel::fp8_weight(&mut c, experts * hidden, width)?;
+        let gate_up = dequant_fp8_channel::reference(&gate_up, &gate_up_scale, hidden);
+        let down = dequant_fp8_channel::reference(&down, &down_scale, width);
+        let expected =
+            moe_experts::reference(&x, &ids, &weights, &gate_up, &down, slots, hidden, width);
+        let label = format!("S{tokens} top-{slots} of {experts} H{hidden} W{width}");
+        cases.push(c.finish(label, expected));
+    }
+    Ok(cases)
+}
+
+/// A case's experts as the op takes them, `[gate_up, its scales, down, its scales]`: raw inputs 1
+/// and 2 hold the e4m3 weights as `[E·rows, cols]`, float inputs 2 and 3 their scales.
+fn experts_of(c: &Case) -> Result<[Tensor; 4]> {
+    let hidden = c.float(0).dim(1)?;
+    let (rows, width) = c.raw(2).dims2()?;
+    let experts = rows / hidden;
+    Ok([
+        c.raw(1).reshape((experts, 2 * width, hidden))?,
+        c.float(2).reshape((experts, 2 * width))?,
+        c.raw(2).reshape((experts, hidden, width))?,
+        c.float(3).reshape((experts, hidden))?,
+    ])
+}
+
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let [gate_up, gate_up_scale, down, down_scale] = experts_of(c)?;
+    let gate_up = Fp8Experts {
+        weight: &gate_up,
+        scale: &gate_up_scale,
+    };
+    let down = Fp8Experts {
+        weight: &down,
+        scale: &down_scale,
+    };
+    Ok(vec![moe_experts_fp8_on(
+        arm,
+        c.float(0),
+        c.raw(0),
+        c.float(1),
+        gate_up,
+        down,
+    )?])
+}
