@@ -4,9 +4,10 @@ every attention, MLP and per-layer-input projection (and every MoE expert, explo
 gate/up/down weight per expert) stored as e4m3 with one f32 scale per output row (absmax / 448);
 embeddings, norms, the router and the head kept as they are.
 
-    python3 scripts/fp8_checkpoint.py SRC_DIR DST_DIR
+    python3 scripts/fp8_checkpoint.py SRC_DIR DST_DIR [--delete-source]
 
-Quantises on the GPU when there is one, one shard at a time. The dequantised weights
+Quantises on the GPU when there is one, one shard at a time; --delete-source removes each source
+shard once it is converted (a disk that holds one full-size checkpoint). The dequantised weights
 (e4m3 × scale) are what a reference run on the FP8 checkpoint computes with.
 """
 
@@ -64,21 +65,25 @@ def convert_shard(src, device):
 
 
 def main():
-    src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    delete_source = "--delete-source" in sys.argv[1:]
+    src, dst = Path(args[0]), Path(args[1])
     dst.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     weight_map = {}
     shards = sorted(src.glob("*.safetensors"))
-    for shard in shards:
-        tensors = convert_shard(shard, device)
-        save_file(tensors, dst / shard.name, metadata={"format": "pt"})
-        weight_map.update({name: shard.name for name in tensors})
     for other in src.iterdir():
         if other.suffix != ".safetensors" and other.name not in ("config.json", "model.safetensors.index.json"):
             shutil.copy(other, dst / other.name)
+    config = json.loads((src / "config.json").read_text())
+    for shard in shards:
+        tensors = convert_shard(shard, device)
+        if delete_source:
+            shard.unlink()
+        save_file(tensors, dst / shard.name, metadata={"format": "pt"})
+        weight_map.update({name: shard.name for name in tensors})
     if len(shards) > 1:
         (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
-    config = json.loads((src / "config.json").read_text())
     config["quantization_config"] = QUANTIZATION_CONFIG
     (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     print(json.dumps({"fp8_checkpoint": str(dst), "shards": len(shards)}), flush=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|fp8|moe|moe-reference|moe-parity|moe-profile ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile ...]
 #   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -144,6 +144,14 @@ if [[ " $STEPS " == *" moe-profile "* ]]; then
   # Every launch of a 26B run under ncu takes too long: a window of launches inside the decode.
   python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 -- $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests tg8 --decode eager -r 1 > /dev/null
   python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 | tee "$OUT/profile-moe.md"
+fi
+if [[ " $STEPS " == *" moe-fp8 "* ]]; then
+  echo "== g4 bench 26B-A4B as compressed-tensors FP8 (experts and projections kept e4m3 on the GPU)"
+  MOE_FP8=/tmp/g4-26b-a4b-fp8
+  # The bf16 shards are deleted as they are converted: the disk holds one of the two.
+  [ -f "$MOE_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source
+  $G4 bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json | tee "$OUT/bench-moe-fp8.json"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in d['results']]; print('memory', d['memory_mib'], 'weights', d['weights_mib'])" "$OUT/bench-moe-fp8.json"
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
 exit $FAILED
