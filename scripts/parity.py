@@ -11,8 +11,8 @@ continuation, with its top-5 log-probabilities at every step, becomes a g4 golde
 g4-golden/1). Then, for each dtype in --compare:
   * transformers in that dtype (unless it is the reference's) is teacher-forced on the
     reference's tokens — top-1 agreement over every step, the largest |Δ log-prob| over the
-    reference's top-5 before its first disagreement — and runs its own greedy continuation,
-    whose first divergence from the reference's is counted;
+    reference's top-5 up to and including its first disagreement — and runs its own greedy
+    continuation, whose first divergence from the reference's is counted;
   * g4 is scored the same way by `g4 verify-golden --dtype D --json` (top-1 agreement, max
     |Δ log-prob|, and the greedy tokens it matched before diverging).
 
@@ -67,7 +67,9 @@ def teacher_forced_score(model, prompt, tokens, top):
     chosen = logprobs.argmax(dim=-1).tolist()
     agreement = sum(int(c == t) for c, t in zip(chosen, tokens))
     first_miss = next((i for i, (c, t) in enumerate(zip(chosen, tokens)) if c != t), len(tokens))
-    delta = max((abs(float(logprobs[i, tid]) - v) for i in range(first_miss) for tid, v in top[i]), default=0.0)
+    # Up to and including the first disagreement, as `g4 verify-golden` measures it.
+    last = min(first_miss + 1, len(tokens))
+    delta = max((abs(float(logprobs[i, tid]) - v) for i in range(last) for tid, v in top[i]), default=0.0)
     return agreement, delta
 
 

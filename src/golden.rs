@@ -192,7 +192,7 @@ pub struct CaseResult {
     pub divergence: Option<Divergence>,
     pub generated_ids: Vec<u32>,
     /// Largest |g4 − reference| log-probability over the reference's recorded top-k at the
-    /// steps before the first divergence: drift visible before it flips a token.
+    /// steps up to and including the first divergence: the drift that flips a token.
     pub max_logprob_delta: Option<f64>,
 }
 
