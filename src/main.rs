@@ -38,6 +38,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(error) = g4::kernels::forced_composed() {
+        eprintln!("error: {error}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Generate(args) => cmd::generate::run(args),
         Command::Bench(args) => cmd::bench::run(args),

@@ -117,7 +117,41 @@ impl Op {
 /// The one predicate that decides which arm of `op` runs on `device` for `dtype`. It runs on
 /// every op call and allocates nothing.
 pub fn arm_for(op: Op, device: &Device, dtype: DType) -> Arm {
+    if forced_composed().is_ok_and(|ops| ops.contains(&op)) {
+        return Arm::Composed;
+    }
     native::select(op.native_kernels(), device, dtype).map_or(Arm::Composed, Arm::Native)
+}
+
+/// The ops `G4_COMPOSED` puts on their composed arm (op names separated by commas, or `all`):
+/// a user whose result differs between devices finds which native arm changes it. Read once;
+/// an unknown name is an error every command reports at start.
+pub fn forced_composed() -> std::result::Result<&'static [Op], &'static str> {
+    static FORCED: std::sync::OnceLock<std::result::Result<Vec<Op>, String>> =
+        std::sync::OnceLock::new();
+    let parsed = FORCED.get_or_init(|| {
+        let Ok(value) = std::env::var("G4_COMPOSED") else {
+            return Ok(Vec::new());
+        };
+        if value.trim() == "all" {
+            return Ok(Op::ALL.to_vec());
+        }
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(|name| {
+                Op::from_name(name).ok_or_else(|| {
+                    let known: Vec<&str> = Op::ALL.iter().map(|op| op.name()).collect();
+                    format!(
+                        "G4_COMPOSED: unknown op '{name}' (expected `all` or op names among {})",
+                        known.join(", ")
+                    )
+                })
+            })
+            .collect()
+    });
+    parsed.as_deref().map_err(String::as_str)
 }
 
 /// Whether `backend`'s native arm of `op` can run on `device` in `dtype`, and if not, why.
