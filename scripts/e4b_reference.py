@@ -3,7 +3,7 @@
 GEMMA4_TEXT.md §6: E4B, or E2B / 26B-A4B / 31B with --preset) with transformers on the GPU, or
 benchmarks transformers on it.
 
-    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b|31b]
+    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b|31b|e4b-12l]
     python3 scripts/e4b_reference.py bench DIR --prompt 128 --new 128 --prefill 512 [--caches dynamic,static]
 
 `bench` prints one JSON line per setting: prefill of --prefill tokens (ms), and greedy decode of
@@ -63,7 +63,20 @@ def dense_31b_config():
     )
 
 
-PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config, "31b": dense_31b_config}
+def e4b_12_layers_config():
+    """E4B's widths (hidden, MLP, heads, head dims, PLE) in 12 layers (4 KV-shared) and a 32,768-token
+    vocabulary: 1.3 B parameters, small enough for an f64 reference next to g4 in seconds."""
+    return Gemma4TextConfig(
+        vocab_size=32768, vocab_size_per_layer_input=32768, hidden_size=2560, intermediate_size=10240,
+        num_hidden_layers=12, layer_types=([S] * 5 + [F]) * 2, num_attention_heads=8, num_key_value_heads=2,
+        head_dim=256, global_head_dim=512, sliding_window=512, hidden_size_per_layer_input=256,
+        num_kv_shared_layers=4, final_logit_softcapping=30.0, max_position_embeddings=131072,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    )
+
+
+PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config, "31b": dense_31b_config,
+           "e4b-12l": e4b_12_layers_config}
 
 
 def build(out, preset):

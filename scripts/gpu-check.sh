@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile ...]
 #   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -12,6 +12,8 @@
 #   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it;
 #   ple: E4B and E2B with the per-layer table on the host and on the device, side by side;
 #   fp8: E4B bf16 beside the same weights as an FP8 checkpoint (scripts/fp8_checkpoint.py);
+#   long-golden: E4B's widths in 12 layers, prompts past one prefill piece against transformers
+#   f64, the per-layer table on the host and on the device (fails beyond 10x transformers f32);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -80,6 +82,29 @@ if [[ " $STEPS " == *" bench "* ]]; then
   echo "== transformers E4B bf16"
   timeout "${G4_REFERENCE_TIMEOUT:-420}" python3 scripts/e4b_reference.py bench "$E4B" --prompt 128 --new 128 --prefill 512 --reps 3 2>&1 \
     | grep '^{' | tee "$OUT/bench-transformers.jsonl"
+fi
+if [[ " $STEPS " == *" long-golden "* ]]; then
+  echo "== E4B widths in 12 layers: prompts of 64 and 600 tokens (two prefill pieces) against transformers f64, the per-layer table on the host and on the device"
+  MID=/tmp/g4-e4b-12l
+  [ -f "$MID/config.json" ] || python3 scripts/e4b_reference.py build "$MID" --preset e4b-12l 2>&1 | grep -v -i warn
+  python3 scripts/parity.py "$MID" "$OUT/long-golden" --reference float64 --compare f32 --lengths 64,600 --new 8 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" > "$OUT/long-golden.txt"
+  tail -3 "$OUT/long-golden.txt"
+  for ple in host device; do
+    $G4 verify-golden "$OUT/long-golden/golden.json" --device cuda --dtype f32 --ple $ple --min-agreement 0.01 --json > "$OUT/long-golden-$ple.json"
+  done
+  # g4 f32 must stay within 10x of transformers f32's distance to f64 (parity.py's rows), with
+  # the table in either place: a wrong row or position shows as O(1) log-prob errors.
+  python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+theirs = max(json.loads(l)["max_logprob_delta"] for l in open(out + "/long-golden.txt") if l.startswith("{") and '"transformers"' in l)
+for ple in ("host", "device"):
+    cases = json.load(open(f"{out}/long-golden-{ple}.json"))["goldens"][0]["cases"]
+    ours = max(c["max_logprob_delta"] or 0.0 for c in cases)
+    print(f"--ple {ple}: g4 f32 max |Δ logprob| {ours:.2e}, transformers f32 {theirs:.2e}")
+    if ours > 10 * theirs:
+        sys.exit(f"long-golden: g4 f32 with --ple {ple} is {ours / theirs:.0f}x farther from f64 than transformers f32")
+PY
 fi
 if [[ " $STEPS " == *" fp8 "* ]]; then
   echo "== g4 bench E4B: bf16 beside the same weights as compressed-tensors FP8 (e4m3 kept on the GPU)"

@@ -374,8 +374,18 @@ const STAGING_BYTES: usize = 8 << 20;
 const STAGING_BUFFERS: usize = 4;
 
 struct Staging {
-    buffers: [Option<candle_core::cuda::cudarc::driver::PinnedHostSlice<u8>>; STAGING_BUFFERS],
+    buffers: [Option<StagingBuffer>; STAGING_BUFFERS],
     next: usize,
+}
+
+/// A pinned buffer and the event recorded after the last copy that reads it. cudarc records a
+/// pinned slice's own event only when it manages several streams; candle runs one, so that
+/// event is never recorded and waiting on it returns at once — the host then refilled a buffer
+/// the GPU had not copied yet whenever the GPU lagged behind (a long prefill with the per-layer
+/// table in host memory read other layers' rows).
+struct StagingBuffer {
+    host: candle_core::cuda::cudarc::driver::PinnedHostSlice<u8>,
+    copied: candle_core::cuda::cudarc::driver::CudaEvent,
 }
 
 /// Fills the contiguous CUDA tensor `dst` (`rows` of `row_bytes`) from the host through the
@@ -407,19 +417,27 @@ pub fn upload_rows(
         let len = range.len() * row_bytes;
         let slot = &mut staging.buffers[staging.next];
         staging.next = (staging.next + 1) % STAGING_BUFFERS;
-        if slot.as_ref().is_none_or(|b| b.len() < buffer_bytes) {
-            // SAFETY: the buffer is filled below before any copy reads it.
-            *slot = Some(unsafe { stream.context().alloc_pinned::<u8>(buffer_bytes) }.w()?);
+        if slot.as_ref().is_none_or(|b| b.host.len() < buffer_bytes) {
+            if let Some(old) = slot.as_ref() {
+                // Its last copy must be done before its pinned memory is freed.
+                old.copied.synchronize().w()?;
+            }
+            *slot = Some(StagingBuffer {
+                // SAFETY: the buffer is filled below before any copy reads it.
+                host: unsafe { stream.context().alloc_pinned::<u8>(buffer_bytes) }.w()?,
+                copied: stream.context().new_event(None).w()?,
+            });
         }
         let buffer = slot.as_mut().expect("allocated above");
-        // Waits for the copy that last read this buffer.
-        fill(range, &mut buffer.as_mut_slice().w()?[..len])?;
-        // SAFETY: the slice is used on `stream` only; dropping `_read` records the buffer's
-        // event after the copy, which the next fill above waits for.
-        let (src, _read) = unsafe { buffer.stream_synced_slice(&stream) };
+        // Waits for the copy that last read this buffer (a new event: returns at once).
+        buffer.copied.synchronize().w()?;
+        fill(range, &mut buffer.host.as_mut_slice().w()?[..len])?;
+        let (src, _read) = unsafe { buffer.host.stream_synced_slice(&stream) };
         let dst_ptr = base + (first * row_bytes) as u64;
-        // SAFETY: `dst_ptr` addresses `len` bytes inside `dst`, which holds `rows` rows.
+        // SAFETY: `dst_ptr` addresses `len` bytes inside `dst`, which holds `rows` rows, and
+        // `src` stays untouched until `copied` (recorded next) completes.
         unsafe { memcpy_htod_async(dst_ptr, &src[..len], stream.cu_stream()) }.w()?;
+        buffer.copied.record(&stream).w()?;
     }
     Ok(())
 }
