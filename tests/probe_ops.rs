@@ -302,6 +302,7 @@ fn a_dtype_an_op_does_not_run_in_is_reported_not_applicable() {
 fn cpu_arms_pass_with_avx2_forced() {
     for op in [
         "linear",
+        "linear_panels",
         "gelu_mul",
         "gelu_and_mul",
         "softcap",
@@ -362,5 +363,44 @@ fn the_hip_device_is_refused_with_what_is_missing() {
                 && stderr.contains("--device cpu"),
             "{stderr}"
         );
+    }
+}
+
+/// `G4_COMPOSED` puts the named ops on their composed arm (probe-ops reports what runs), and an
+/// unknown name is refused by every command in one line.
+#[test]
+fn g4_composed_selects_the_composed_arm_and_refuses_unknown_ops() {
+    let selected = |composed: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
+            .args(["probe-ops", "--op", "linear_panels", "--json"])
+            .env("G4_COMPOSED", composed)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["ops"][0]["selected_arm"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(selected("linear_panels"), "composed");
+    assert_eq!(selected("all"), "composed");
+    if g4::kernels::native::cpu::simd().is_some() {
+        assert!(selected("rms_norm").starts_with("cpu"));
+    }
+    for command in [&["probe-ops"][..], &["generate", "--max-tokens", "1"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
+            .args(command)
+            .env("G4_COMPOSED", "linear,no_such_op")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("unknown op 'no_such_op'"), "{stderr}");
     }
 }
