@@ -34,10 +34,30 @@ QUANTIZATION_CONFIG = {
 
 
 def quantize_rows(w):
-    """e4m3 values and per-row f32 scales of a [..., rows, cols] tensor."""
+    """e4m3 values and per-row f32 scales `[..., rows, 1]` (absmax / 448) of a [..., rows, cols]
+    tensor."""
     w = w.float()
     scale = (w.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-    return (w / scale).to(torch.float8_e4m3fn).cpu(), scale.squeeze(-1).cpu()
+    return (w / scale).to(torch.float8_e4m3fn), scale
+
+
+def stored_tensors(name, q, scale):
+    """The checkpoint tensors of one quantised weight: `name` and `name_scale`, or for a packed
+    experts tensor one gate/up/down weight and scale per expert (exploded, as FP8 releases are)."""
+    if not EXPERTS.search(name):
+        return {name: q.contiguous(), name + "_scale": scale.contiguous()}
+    out = {}
+    base = name.rsplit(".", 1)[0]
+    for e in range(q.shape[0]):
+        if name.endswith("gate_up_proj"):
+            half = q.shape[1] // 2
+            parts = {"gate_proj": slice(0, half), "up_proj": slice(half, None)}
+        else:
+            parts = {"down_proj": slice(None)}
+        for part, rows in parts.items():
+            out[f"{base}.{e}.{part}.weight"] = q[e][rows].contiguous()
+            out[f"{base}.{e}.{part}.weight_scale"] = scale[e][rows].contiguous()
+    return out
 
 
 def convert_shard(src, device):
@@ -45,20 +65,9 @@ def convert_shard(src, device):
     with safe_open(src, "pt", device=device) as f:
         for name in f.keys():
             t = f.get_tensor(name)
-            if LINEAR.search(name):
-                out[name], out[name + "_scale"] = quantize_rows(t)
-            elif EXPERTS.search(name):
+            if LINEAR.search(name) or EXPERTS.search(name):
                 q, scale = quantize_rows(t)
-                base = name.rsplit(".", 1)[0]
-                for e in range(q.shape[0]):
-                    if name.endswith("gate_up_proj"):
-                        half = q.shape[1] // 2
-                        parts = {"gate_proj": slice(0, half), "up_proj": slice(half, None)}
-                    else:
-                        parts = {"down_proj": slice(None)}
-                    for part, rows in parts.items():
-                        out[f"{base}.{e}.{part}.weight"] = q[e][rows].contiguous()
-                        out[f"{base}.{e}.{part}.weight_scale"] = scale[e][rows].contiguous()
+                out.update(stored_tensors(name, q.cpu(), scale.cpu()))
             else:
                 out[name] = t.cpu()
     return out

@@ -26,7 +26,6 @@ tensors.
 
 import argparse
 import json
-import re
 import shutil
 from pathlib import Path
 
@@ -35,6 +34,9 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
 from transformers import GenerationConfig
+
+from fp8_checkpoint import EXPERTS as FP8_EXPERTS, LINEAR as FP8_LINEAR, QUANTIZATION_CONFIG
+from fp8_checkpoint import quantize_rows, stored_tensors
 
 REQUIRED_TRANSFORMERS = "5.24.0"
 MIN_MARGIN = 1e-3  # top-1 / top-2 logprob gap every golden step must keep (GEMMA4_TEXT.md §9)
@@ -152,18 +154,6 @@ def make_case(model, name, length, new_tokens, seed, vocab):
     raise SystemExit(f"{name}: no prompt with margins >= {MIN_MARGIN} in 50 attempts")
 
 
-FP8_MAX = 448.0
-FP8_LINEAR = re.compile(
-    r"layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj|per_layer_input_gate|per_layer_projection)\.weight$")
-FP8_EXPERTS = re.compile(r"layers\.\d+\.experts\.(gate_up_proj|down_proj)$")
-
-
-def quantize_rows(w):
-    """e4m3 values and per-row f32 scales (absmax / 448) of a [..., rows, cols] tensor."""
-    scale = (w.abs().amax(dim=-1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
-    return (w / scale).to(torch.float8_e4m3fn), scale
-
-
 def fp8_quantize_in_place(model):
     """Replaces every quantised weight by its dequantised value; returns name -> (e4m3, scale)."""
     stored = {}
@@ -182,29 +172,11 @@ def fp8_checkpoint(model_dir, stored):
     tensors = load_file(st_path)
     for name, (q, scale) in stored.items():
         del tensors[name]
-        if FP8_EXPERTS.search(name):
-            base = name.rsplit(".", 1)[0]
-            for e in range(q.shape[0]):
-                if name.endswith("gate_up_proj"):
-                    half = q.shape[1] // 2
-                    parts = {"gate_proj": slice(0, half), "up_proj": slice(half, None)}
-                else:
-                    parts = {"down_proj": slice(None)}
-                for part, rows in parts.items():
-                    tensors[f"{base}.{e}.{part}.weight"] = q[e][rows].contiguous()
-                    tensors[f"{base}.{e}.{part}.weight_scale"] = scale[e][rows].contiguous()
-        else:
-            tensors[name] = q.contiguous()
-            tensors[name + "_scale"] = scale.contiguous()
+        tensors.update(stored_tensors(name, q, scale))
     save_file(tensors, st_path, metadata={"format": "pt"})
     cfg_path = model_dir / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["quantization_config"] = {
-        "quant_method": "compressed-tensors", "format": "float-quantized",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}}},
-        "ignore": ["lm_head", "re:.*embed.*", "re:.*router.*", "re:.*norm.*"],
-    }
+    cfg["quantization_config"] = QUANTIZATION_CONFIG
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 

@@ -165,11 +165,10 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, a wide
     // decode GEMV with 5 rows, and last (the one `--perf` times) a decode GEMV of a model's size
     // whose W (64 MiB in bf16) is larger than the L2 cache, so its time is HBM's.
-    for (m, n, k) in [
+    let shapes = [
         (1, 37, 64),
         (3, 130, 264),
         (8, 64, 512),
@@ -177,15 +176,28 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (24, 48, 96),
         (5, 9000, 200),
         (1, 8192, 4096),
-    ] {
-        let mut c = Builder::new(device, dtype, rng);
-        let x = c.uniform(&[m, k], -1.0, 1.0)?;
-        let w = c.uniform(&[n, k], -1.0, 1.0)?;
-        let expected = reference(&x, &w, m, n, k);
-        cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
-    }
+    ];
+    matmul_cases(device, dtype, rng, &shapes)
+}
 
-    Ok(cases)
+/// One case per `(m, n, k)`: `x [m, k]` and `w [n, k]` uniform in ±1, `x·wᵀ` expected (the
+/// cases of every op that computes a plain projection).
+pub(super) fn matmul_cases(
+    device: &Device,
+    dtype: DType,
+    rng: &mut StdRng,
+    shapes: &[(usize, usize, usize)],
+) -> Result<Vec<Case>> {
+    shapes
+        .iter()
+        .map(|&(m, n, k)| {
+            let mut c = Builder::new(device, dtype, rng);
+            let x = c.uniform(&[m, k], -1.0, 1.0)?;
+            let w = c.uniform(&[n, k], -1.0, 1.0)?;
+            let expected = reference(&x, &w, m, n, k);
+            Ok(c.finish(format!("M{m} N{n} K{k}"), expected))
+        })
+        .collect()
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {

@@ -5,7 +5,7 @@
 //! and streams each panel once per tile of X rows — decode's one row included, so the model
 //! keeps only the packed copy.
 
-use super::check::{Builder, Case};
+use super::check::Case;
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::native::{self, cpu};
 use super::{arm_for, linear, reference, Arm, Backend, Op};
@@ -117,24 +117,17 @@ const SHAPE_PATHS: &[ShapePath] = &[ShapePath {
 }];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // One decode row, a few, a partial last panel and a partial last tile of rows, a prefill
     // block, and last (the one `--perf` times) a prefill piece of a model's projection.
-    for (m, n, k) in [
+    let shapes = [
         (1, 37, 64),
         (3, 130, 264),
         (8, 64, 512),
         (13, 19, 27),
         (24, 48, 96),
         (64, 2048, 512),
-    ] {
-        let mut c = Builder::new(device, dtype, rng);
-        let x = c.uniform(&[m, k], -1.0, 1.0)?;
-        let w = c.uniform(&[n, k], -1.0, 1.0)?;
-        let expected = reference(&x, &w, m, n, k);
-        cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
-    }
-    Ok(cases)
+    ];
+    linear::matmul_cases(device, dtype, rng, &shapes)
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
