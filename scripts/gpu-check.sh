@@ -2,7 +2,7 @@
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
 #   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile ...]
-#   (default: probe goldens bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
+#   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
 #   (scripts/kernel_breakdown.py, ncu; E4B's takes about 5 minutes); parity-e4b: g4 and
@@ -21,7 +21,7 @@ FAILED=0
 trap 'FAILED=1; echo "gpu-check: FAILED (exit $?): line $LINENO" >&2' ERR
 cd "$(dirname "$0")/.."
 OUT="${1:?output directory}"; shift
-STEPS="${*:-probe goldens bench}"
+STEPS="${*:-probe goldens long-golden bench}"
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 G4=${G4:-target/cuda/release/g4}
 mkdir -p "$OUT"
