@@ -303,6 +303,7 @@ fn cpu_arms_pass_with_avx2_forced() {
     for op in [
         "linear",
         "linear_panels",
+        "linear_panels_fp8",
         "gelu_mul",
         "gelu_and_mul",
         "softcap",

@@ -27,6 +27,7 @@ pub mod gelu_and_mul;
 pub mod gelu_mul;
 pub mod linear;
 pub mod linear_panels;
+pub mod linear_panels_fp8;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
 pub mod moe_experts;
@@ -100,6 +101,7 @@ fused_ops! {
     Attention => attention,
     Linear => linear,
     LinearPanels => linear_panels,
+    LinearPanelsFp8 => linear_panels_fp8,
     Argmax => argmax,
 }
 

@@ -4,7 +4,8 @@
 //! weights take half of bf16's memory and decode reads half the bytes.
 
 use crate::kernels::{
-    linear::linear, linear_panels::linear_panels, matmul_bt_fp8_channel::matmul_bt_fp8_channel,
+    linear::linear, linear_panels::linear_panels, linear_panels_fp8::linear_panels_fp8,
+    matmul_bt_fp8_channel::matmul_bt_fp8_channel,
 };
 use candle_core::{Result, Tensor};
 
@@ -20,6 +21,12 @@ pub enum Projection {
         weight: Tensor,
         scale: Tensor,
     },
+    /// FP8 on a CPU: `linear_panels_fp8::pack`'s e4m3 panels and padded scales of `n` rows.
+    Fp8Panels {
+        panels: Tensor,
+        scale: Tensor,
+        n: usize,
+    },
 }
 
 impl Projection {
@@ -29,6 +36,7 @@ impl Projection {
             Projection::Dense(w) => linear(x, w),
             Projection::Panels { panels, n } => linear_panels(x, panels, *n),
             Projection::Fp8 { weight, scale } => matmul_bt_fp8_channel(x, weight, scale),
+            Projection::Fp8Panels { panels, scale, n } => linear_panels_fp8(x, panels, scale, *n),
         }
     }
 
@@ -36,7 +44,12 @@ impl Projection {
     pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
         let (first, second) = match self {
             Projection::Dense(w) | Projection::Panels { panels: w, .. } => (w, None),
-            Projection::Fp8 { weight, scale } => (weight, Some(scale)),
+            Projection::Fp8 { weight, scale }
+            | Projection::Fp8Panels {
+                panels: weight,
+                scale,
+                ..
+            } => (weight, Some(scale)),
         };
         std::iter::once(first).chain(second)
     }

@@ -5,7 +5,7 @@
 //! converted to the compute dtype. Every failure names the file and the tensor.
 
 use super::projection::Projection;
-use crate::kernels::{arm_for, linear_panels, Arm, Op};
+use crate::kernels::{arm_for, linear_panels, linear_panels_fp8, Arm, Op};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -345,6 +345,11 @@ impl Checkpoint {
     pub fn concat_projection(&self, parts: &[(String, Vec<usize>)]) -> Result<Projection> {
         if let Some((weight, scale)) = self.concat_fp8(parts, Op::MatmulBtFp8Channel)? {
             return Ok(Projection::Fp8 { weight, scale });
+        }
+        if let Some((weight, scale)) = self.concat_fp8(parts, Op::LinearPanelsFp8)? {
+            let (panels, scale) = linear_panels_fp8::pack(&weight, &scale)?;
+            let n = weight.dim(0)?;
+            return Ok(Projection::Fp8Panels { panels, scale, n });
         }
         let dense = match parts {
             [(name, shape)] => self.tensor(name, shape)?,

@@ -79,6 +79,21 @@ pub fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Resu
     Ok(f(&all[start..start + t.elem_count()]))
 }
 
+/// Runs `f` on the bits of a CPU e4m3 tensor, made contiguous first if it is not.
+pub fn with_e4m3_bits<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(storage) = &*storage else {
+        candle_core::bail!("the CPU kernels take tensors in host memory");
+    };
+    let all = storage.as_slice::<float8::F8E4M3>()?;
+    let start = layout.start_offset();
+    let values = &all[start..start + t.elem_count()];
+    // SAFETY: F8E4M3 is `repr(transparent)` over its u8 bits.
+    let bits = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) };
+    Ok(f(bits))
+}
+
 /// Defines `fn $name(simd: Simd, args…)` running the portable body `$portable` compiled for the
 /// instruction set `simd` names: one `#[target_feature]` copy per set, each vectorised by the
 /// compiler to that set's width.
