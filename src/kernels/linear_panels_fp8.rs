@@ -4,7 +4,7 @@
 //! GEMM dequantises a panel row at a time in registers, exactly as a dequantisation at load would
 //! (e4m3 value × scale, rounded to f32), so the results equal those of the dequantised weights.
 
-use super::check::{Builder, Case};
+use super::check::Case;
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::native::{self, cpu};
 use super::{arm_for, dequant_fp8_channel, linear, linear_panels, Arm, Backend, Op};
@@ -126,23 +126,16 @@ const SHAPE_PATHS: &[ShapePath] = &[ShapePath {
 }];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // One decode row, a few, a partial last panel and a partial last tile of rows, a prefill
     // block, and last (the one `--perf` times) a prefill piece of a model's projection.
-    for (m, n, k) in [
+    let shapes = [
         (1, 37, 64),
         (3, 130, 264),
         (13, 19, 27),
         (24, 48, 96),
         (64, 2048, 512),
-    ] {
-        let mut c = Builder::new(device, dtype, rng);
-        let x = c.uniform(&[m, k], -1.0, 1.0)?;
-        let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
-        let expected = super::matmul_bt_fp8_channel::reference(&x, &weight, &scale, m, n, k);
-        cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
-    }
-    Ok(cases)
+    ];
+    super::matmul_bt_fp8_channel::fp8_matmul_cases(device, dtype, rng, &shapes)
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {

@@ -146,25 +146,38 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // Decode rows (the GEMV: one row, several, a column count no block divides), a prefill
     // block, K off the 16-weight vectors, and last (the one `--perf` times) a decode GEMV of
     // E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2 cache.
-    for (m, n, k) in [
+    let shapes = [
         (1, 3, 32),
         (3, 130, 272),
         (8, 64, 512),
         (24, 48, 96),
         (2, 17, 129),
         (1, 2560, 10240),
-    ] {
-        let mut c = Builder::new(device, dtype, rng);
-        let x = c.uniform(&[m, k], -1.0, 1.0)?;
-        let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
-        let expected = reference(&x, &weight, &scale, m, n, k);
-        cases.push(c.finish(format!("M{m} N{n} K{k}"), expected));
-    }
-    Ok(cases)
+    ];
+    fp8_matmul_cases(device, dtype, rng, &shapes)
+}
+
+/// One case per `(m, n, k)`: `x [m, k]` uniform in ±1 (a float input), an e4m3 `weight [n, k]`
+/// (raw input 0) and its scales (float input 1), `x · (weight × scale)ᵀ` expected.
+pub(super) fn fp8_matmul_cases(
+    device: &Device,
+    dtype: DType,
+    rng: &mut StdRng,
+    shapes: &[(usize, usize, usize)],
+) -> Result<Vec<Case>> {
+    shapes
+        .iter()
+        .map(|&(m, n, k)| {
+            let mut c = Builder::new(device, dtype, rng);
+            let x = c.uniform(&[m, k], -1.0, 1.0)?;
+            let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
+            let expected = reference(&x, &weight, &scale, m, n, k);
+            Ok(c.finish(format!("M{m} N{n} K{k}"), expected))
+        })
+        .collect()
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
