@@ -42,30 +42,67 @@ pub fn linear_panels_on(arm: Arm, x: &Tensor, panels: &Tensor, n: usize) -> Resu
 
 /// The panels unpacked back to W with candle's ops, then `linear`'s composed arm.
 pub fn composed(x: &Tensor, panels: &Tensor, n: usize) -> Result<Tensor> {
+    linear::composed(x, &unpack(panels, n)?)
+}
+
+/// Panels back to the `[n, K]` weight they were packed from.
+pub(super) fn unpack(panels: &Tensor, n: usize) -> Result<Tensor> {
     let (count, k, _) = panels.dims3()?;
-    let w = panels
+    panels
         .transpose(1, 2)?
         .reshape((count * PANEL, k))?
-        .narrow(0, 0, n)?;
-    linear::composed(x, &w)
+        .narrow(0, 0, n)
+}
+
+/// A call a CPU panel arm takes: the instruction set, X's rows `m` of `k`, and the output shape
+/// `[.., n]`.
+pub(super) struct CpuCall {
+    pub simd: cpu::Simd,
+    pub m: usize,
+    pub k: usize,
+    pub out_shape: Vec<usize>,
+}
+
+/// The CPU arms' terms: f32 X on a CPU with SIMD, panels of `panel_dtype` whose K is X's and
+/// whose count fits `n`; `None` otherwise (the composed arm runs).
+pub(super) fn cpu_call(
+    x: &Tensor,
+    panels: &Tensor,
+    n: usize,
+    panel_dtype: DType,
+) -> Result<Option<CpuCall>> {
+    let (count, k, _) = panels.dims3()?;
+    let dims = x.dims();
+    let (Some(simd), DType::F32, true, true, true) = (
+        cpu::simd(),
+        x.dtype(),
+        panels.dtype() == panel_dtype,
+        dims.last() == Some(&k),
+        count == n.div_ceil(PANEL) && x.device().is_cpu(),
+    ) else {
+        return Ok(None);
+    };
+    let mut out_shape = dims[..dims.len() - 1].to_vec();
+    out_shape.push(n);
+    Ok(Some(CpuCall {
+        simd,
+        m: x.elem_count() / k.max(1),
+        k,
+        out_shape,
+    }))
 }
 
 /// CPU arm: the panel GEMM of `native/cpu/panels.rs`, every row count.
 fn cpu_fwd(x: &Tensor, panels: &Tensor, n: usize) -> Result<Tensor> {
-    let (count, k, _) = panels.dims3()?;
-    let dims = x.dims();
-    let (Some(simd), DType::F32, DType::F32, true, true) = (
-        cpu::simd(),
-        x.dtype(),
-        panels.dtype(),
-        dims.last() == Some(&k),
-        count == n.div_ceil(PANEL) && x.device().is_cpu(),
-    ) else {
+    let Some(CpuCall {
+        simd,
+        m,
+        k,
+        out_shape,
+    }) = cpu_call(x, panels, n, DType::F32)?
+    else {
         return composed(x, panels, n);
     };
-    let m = x.elem_count() / k.max(1);
-    let mut out_shape = dims[..dims.len() - 1].to_vec();
-    out_shape.push(n);
     let y = cpu::with_f32(x, |x| {
         cpu::with_f32(panels, |p| {
             cpu::panels::matmul_panels_f32(simd, x, p, m, n, k)

@@ -47,31 +47,22 @@ pub fn linear_panels_fp8_on(
 
 /// The panels unpacked and dequantised with candle's ops, then `linear`'s composed arm.
 pub fn composed(x: &Tensor, panels: &Tensor, scale: &Tensor, n: usize) -> Result<Tensor> {
-    let (count, k, _) = panels.dims3()?;
-    let weight = panels
-        .transpose(1, 2)?
-        .reshape((count * PANEL, k))?
-        .narrow(0, 0, n)?;
+    let weight = linear_panels::unpack(panels, n)?;
     let dense = dequant_fp8_channel::composed(&weight, &scale.narrow(0, 0, n)?, x.dtype())?;
     linear::composed(x, &dense)
 }
 
 /// CPU arm: the panel GEMM of `native/cpu/panels.rs` over e4m3 panels, every row count.
 fn cpu_fwd(x: &Tensor, panels: &Tensor, scale: &Tensor, n: usize) -> Result<Tensor> {
-    let (count, k, _) = panels.dims3()?;
-    let dims = x.dims();
-    let (Some(simd), DType::F32, DType::F8E4M3, true, true) = (
-        cpu::simd(),
-        x.dtype(),
-        panels.dtype(),
-        dims.last() == Some(&k),
-        count == n.div_ceil(PANEL) && x.device().is_cpu(),
-    ) else {
+    let Some(linear_panels::CpuCall {
+        simd,
+        m,
+        k,
+        out_shape,
+    }) = linear_panels::cpu_call(x, panels, n, DType::F8E4M3)?
+    else {
         return composed(x, panels, scale, n);
     };
-    let m = x.elem_count() / k.max(1);
-    let mut out_shape = dims[..dims.len() - 1].to_vec();
-    out_shape.push(n);
     let y = cpu::with_f32(x, |x| {
         cpu::with_f32(scale, |scale| {
             cpu::with_e4m3_bits(panels, |bits| {
