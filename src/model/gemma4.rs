@@ -314,6 +314,13 @@ impl Gemma4 {
     /// Runs `ids` (one sequence) after what `cache` holds and returns the f32 logits of the last
     /// position, `[vocab]`.
     pub fn forward(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
+        self.head(&self.extend(ids, cache)?)
+    }
+
+    /// Runs `ids` after what `cache` holds, as [`Gemma4::forward`] does, but returns the last
+    /// position's hidden state `[1, 1, H]` without the head: a prefill piece before the last
+    /// needs no logits.
+    pub fn extend(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
         if ids.is_empty() {
             bail!("forward needs at least one token");
         }
@@ -358,7 +365,7 @@ impl Gemma4 {
         };
         let hidden = self.decoder_stack(&ids_t, ple_rows, positions)?;
         cache.advance(seq);
-        self.head(&hidden.narrow(1, seq - 1, 1)?)
+        Ok(hidden.narrow(1, seq - 1, 1)?)
     }
 
     /// One decode token whose id and position `step` holds on the device; returns the f32

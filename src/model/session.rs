@@ -117,11 +117,13 @@ impl<'m> Session<'m> {
         }
         // A captured step addresses the cache buffers an eager append may replace.
         self.graph = None;
-        let mut logits = None;
-        for piece in ids.chunks(PREFILL_PIECE) {
-            logits = Some(self.model.forward(piece, &mut self.cache)?);
+        let pieces: Vec<&[u32]> = ids.chunks(PREFILL_PIECE).collect();
+        let (last, earlier) = pieces.split_last().expect("ids is not empty");
+        for piece in earlier {
+            self.model.extend(piece, &mut self.cache)?;
         }
-        Ok(self.logits.insert(logits.expect("ids is not empty")))
+        let logits = self.model.forward(last, &mut self.cache)?;
+        Ok(self.logits.insert(logits))
     }
 
     /// Runs one token; returns its f32 logits `[vocab]`, valid until the next call.

@@ -333,9 +333,10 @@ impl Checkpoint {
     }
 
     /// Decoder projection `name` (`[rows, cols]`), loaded as [`Checkpoint::tensor`] does, except
-    /// that an FP8 weight stays e4m3 with its row scales where the registry runs
-    /// `matmul_bt_fp8_channel` natively for this device and dtype, and that a dense one is packed
-    /// into panels where it runs `linear_panels` natively (f32 on a CPU).
+    /// that an FP8 weight stays e4m3 with its row scales where the registry reads it natively for
+    /// this device and dtype (`matmul_bt_fp8_channel` on GPUs; `linear_panels_fp8`, in panels, on
+    /// a CPU in f32), and that a dense one is packed into panels where `linear_panels` runs
+    /// natively (f32 on a CPU).
     pub fn projection(&self, name: &str, shape: &[usize]) -> Result<Projection> {
         self.concat_projection(&[(name.to_string(), shape.to_vec())])
     }
