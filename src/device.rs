@@ -39,6 +39,25 @@ pub fn open_device(spec: &str) -> Result<Device> {
     }
 }
 
+/// Parses `--device`: one device, or several separated by commas (`cuda:0,cuda:1`), over which
+/// the model is split by tensor parallelism. The CPU may be named more than once (ranks on the
+/// CPU check the split's arithmetic); a GPU may not.
+pub fn open_devices(spec: &str) -> Result<Vec<Device>> {
+    let specs: Vec<&str> = spec.split(',').map(str::trim).collect();
+    let mut devices: Vec<Device> = Vec::with_capacity(specs.len());
+    for one in &specs {
+        if one.is_empty() {
+            bail!("--device {spec}: empty device name in the list");
+        }
+        let device = open_device(one)?;
+        if !device.is_cpu() && devices.iter().any(|d| d.location() == device.location()) {
+            bail!("--device {spec}: {one} is named twice; each rank needs a GPU of its own");
+        }
+        devices.push(device);
+    }
+    Ok(devices)
+}
+
 /// What the HIP runtime says about this machine, asked through dlopen so that g4 needs no ROCm
 /// to build or to run elsewhere.
 fn hip_runtime_state() -> String {
@@ -92,6 +111,12 @@ pub fn device_name(device: &Device) -> String {
         Device::Cuda(_) => format!("cuda:{}", device_ordinal(device)),
         Device::Metal(_) => format!("metal:{}", device_ordinal(device)),
     }
+}
+
+/// The names of several devices, comma-separated as `--device` takes them.
+pub fn device_names(devices: &[Device]) -> String {
+    let names: Vec<String> = devices.iter().map(device_name).collect();
+    names.join(",")
 }
 
 fn device_ordinal(device: &Device) -> usize {

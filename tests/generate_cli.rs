@@ -422,3 +422,44 @@ fn logprobs_match_the_references_recorded_top_five() {
     let out = g4(&["generate", "--logprobs", "101"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The embedded model split over two CPU ranks generates the transformers golden's tokens, as
+/// on one device; graph decode steps, which hold no all-reduce, are refused with the reason, as
+/// is a device list that does not parse.
+#[test]
+fn generate_split_over_two_cpu_ranks_matches_the_golden() {
+    let case = kjv_golden_case("long-context");
+    let prompt: Vec<String> = ids(&case["prompt_ids"])
+        .iter()
+        .map(u64::to_string)
+        .collect();
+    let expected = ids(&case["expected_ids"]);
+    let n = expected.len().to_string();
+    let out = json(&[
+        "--device",
+        "cpu,cpu",
+        "--prompt-ids",
+        &prompt.join(","),
+        "-n",
+        &n,
+    ]);
+    assert_eq!(out["device"], "cpu,cpu");
+    assert_eq!(ids(&out["token_ids"]), expected);
+    for (device, decode, why) in [
+        ("cpu,cpu", "graph", "--decode graph runs on one device"),
+        ("cpu,,cpu", "auto", "empty device name"),
+        (
+            "cpu,cpu,cpu",
+            "auto",
+            "4 attention heads do not split evenly over 3",
+        ),
+    ] {
+        let out = g4(&[
+            "generate", "-n", "2", "--device", device, "--decode", decode,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{device} {decode}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(why), "{stderr}");
+    }
+}

@@ -6,6 +6,7 @@ use candle_core::{DType, Device};
 use g4::golden::{self, GoldenFile};
 use g4::model::ple::PlePlacement;
 use g4::model::session::DecodePath;
+use g4::model::source::ModelSource;
 use g4::model::Gemma4;
 use std::path::{Path, PathBuf};
 
@@ -67,6 +68,49 @@ fn every_golden_is_token_exact_in_f32() {
         host_tables >= 4,
         "expected at least four goldens with a per-layer table, found {host_tables}"
     );
+}
+
+/// Every golden token-exact in f32 with the model split by tensor parallelism over 2 and 4
+/// ranks on the CPU (the same split and all-reduces as over GPUs, summed in host memory), with
+/// chunked prefill and the per-layer table in host memory too; a golden whose heads do not split
+/// over 4 is skipped at 4 only, and at least four goldens must run at each size.
+#[test]
+fn every_golden_is_token_exact_split_over_cpu_ranks() {
+    for ranks in [2, 4] {
+        let devices = vec![Device::Cpu; ranks];
+        let mut ran = 0;
+        for path in committed_goldens() {
+            let golden = GoldenFile::load(&path).unwrap();
+            let source = ModelSource::Dir(golden.model_dir(&path));
+            let config = source.config().unwrap();
+            if ranks == 4 && !config.num_attention_heads.is_multiple_of(4) {
+                continue;
+            }
+            for ple in [PlePlacement::Device, PlePlacement::Host] {
+                let model =
+                    Gemma4::load_on(&source, config.clone(), &devices, DType::F32, ple, None)
+                        .unwrap_or_else(|e| panic!("{} on {ranks} ranks: {e:#}", path.display()));
+                assert!(model.is_parallel());
+                for case in &golden.cases {
+                    for chunk in [None, Some(5)] {
+                        let result =
+                            golden::run_case(&model, case, chunk, DecodePath::Eager).unwrap();
+                        assert!(
+                            result.token_exact(),
+                            "{} / {} on {ranks} ranks (chunk {chunk:?}, PLE {ple:?}): {}/{} then {:?}",
+                            path.display(),
+                            case.name,
+                            result.matched,
+                            result.total,
+                            result.divergence
+                        );
+                    }
+                }
+            }
+            ran += 1;
+        }
+        assert!(ran >= 4, "{ran} goldens split over {ranks} ranks");
+    }
 }
 
 /// Per golden, the lowest bf16 top-1 agreement (teacher-forced, against the f32 reference)

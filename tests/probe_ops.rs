@@ -140,9 +140,11 @@ fn a_kernel_that_writes_outside_its_output_is_caught() {
     assert!(result.failure.unwrap().contains("wrote outside its output"));
 }
 
+/// The whole probe as JSON, on fixed inputs so that a failure reproduces (`--seed`); a user's
+/// probe draws fresh ones each run.
 fn probe_json() -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_g4"))
-        .args(["probe-ops", "--json"])
+        .args(["probe-ops", "--json", "--seed", "20261201"])
         .output()
         .unwrap();
     assert!(

@@ -34,7 +34,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let (device, dtype, source, ple) = args.target.resolve()?;
+    let (devices, dtype, source, ple) = args.target.resolve()?;
+    let device = devices[0].clone();
     let tests = args
         .tests
         .iter()
@@ -47,10 +48,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let started = Instant::now();
     let config = source.config()?;
     let context = config.max_position_embeddings;
-    let checkpoint = source.checkpoint(&device, dtype)?;
-    let model = Gemma4::from_checkpoint(config, &checkpoint, ple).with_context(|| source.name())?;
-    drop(checkpoint);
-    device.synchronize()?;
+    let model = Gemma4::load_on(&source, config, &devices, dtype, ple, None)
+        .with_context(|| source.name())?;
+    for device in &devices {
+        device.synchronize()?;
+    }
     let load_s = started.elapsed().as_secs_f64();
     let memory_weights = g4::device::memory_in_use(&device);
     for test in &tests {

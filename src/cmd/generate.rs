@@ -2,7 +2,7 @@
 //! `--model` is given.
 
 use anyhow::{Context, Result};
-use g4::device::{device_name, dtype_name};
+use g4::device::{device_names, dtype_name};
 use g4::model::chat::{self, Chat};
 use g4::model::generation::{self, Request};
 use g4::model::sampling::{Sampler, SamplingParams};
@@ -99,7 +99,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let (device, dtype, source, ple) = args.target.resolve()?;
+    let (devices, dtype, source, ple) = args.target.resolve()?;
+    let device = devices[0].clone();
     let prompt = read_prompt(&args.prompt)?;
     let chat = chat_request(&args, &prompt)?;
 
@@ -108,10 +109,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let tokenizer = source.tokenizer()?;
     tokenizer.check_vocab(config.vocab_size)?;
     let defaults = source.generation_defaults()?;
-    let mut checkpoint = source.checkpoint(&device, dtype)?;
-    let bar = load_bar(checkpoint.total_bytes(), args.json);
-    checkpoint.set_progress(bar.clone());
-    let model = Gemma4::from_checkpoint(config, &checkpoint, ple).with_context(|| source.name())?;
+    let bar = load_bar(args.json);
+    let model = Gemma4::load_on(&source, config, &devices, dtype, ple, Some(bar.clone()))
+        .with_context(|| source.name())?;
     bar.finish_and_clear();
     let load_time = load_started.elapsed();
 
@@ -203,7 +203,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         let mut value = json!({
             "model": source.name(),
-            "device": device_name(&device),
+            "device": device_names(&devices),
             "dtype": dtype_name(dtype),
             "ple": model.ple_placement().map(|p| p.name()),
             "text": result.text,
@@ -244,7 +244,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!(
             "[{} on {} {}{}] prompt {} tok, generated {generated} tok (stop: {}); load {:.2}s, first token {:.3}s, prefill {prefill_rate:.1} tok/s, decode {decode_rate:.1} tok/s, peak memory {}",
             source.name(),
-            device_name(&device),
+            device_names(&devices),
             dtype_name(dtype),
             model
                 .ple_placement()
@@ -373,11 +373,12 @@ fn sampling_params(
     }
 }
 
-fn load_bar(total: u64, quiet: bool) -> ProgressBar {
+/// Its length is set when the checkpoint is open.
+fn load_bar(quiet: bool) -> ProgressBar {
     if quiet || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::new(total);
+    let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template(
             "loading {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",

@@ -14,7 +14,8 @@ pub struct ModelArgs {
     /// Without it, g4 runs its embedded tiny model (trained on the King James Bible).
     #[arg(long)]
     pub model: Option<std::path::PathBuf>,
-    /// Device: cpu, cuda, cuda:N, metal.
+    /// Device: cpu, cuda, cuda:N, metal; or several, comma-separated (cuda:0,cuda:1), to split
+    /// the model over them by tensor parallelism.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// Compute dtype: f32, bf16, f16 (default: f32 on CPU, bf16 on GPUs).
@@ -34,16 +35,18 @@ pub const DECODE_HELP: &str =
     "Decode steps: auto, eager, or graph (device-resident step, captured as a CUDA graph on CUDA)";
 
 impl ModelArgs {
-    /// Opens the device and resolves the dtype and the model's source.
+    /// Opens the devices (the first is rank 0's, where the logits are) and resolves the dtype
+    /// and the model's source.
     pub fn resolve(
         &self,
     ) -> anyhow::Result<(
-        candle_core::Device,
+        Vec<candle_core::Device>,
         candle_core::DType,
         g4::model::source::ModelSource,
         PlePlacement,
     )> {
-        let device = g4::device::open_device(&self.device)?;
+        let devices = g4::device::open_devices(&self.device)?;
+        let device = &devices[0];
         let dtype = match &self.dtype {
             Some(spec) => g4::device::parse_dtype(spec)?,
             None if device.is_cpu() => candle_core::DType::F32,
@@ -53,8 +56,8 @@ impl ModelArgs {
             Some(dir) => g4::model::source::ModelSource::Dir(dir.clone()),
             None => g4::model::source::ModelSource::Embedded,
         };
-        let ple = self.ple.resolve(&device);
-        Ok((device, dtype, source, ple))
+        let ple = self.ple.resolve(device);
+        Ok((devices, dtype, source, ple))
     }
 }
 

@@ -101,11 +101,38 @@ pub fn run(args: Args) -> Result<ExitCode> {
             args.perf,
         );
     }
-    Ok(if all_ok {
-        ExitCode::SUCCESS
+    if all_ok {
+        Ok(ExitCode::SUCCESS)
     } else {
-        ExitCode::from(1)
-    })
+        let failures = failures(&reports);
+        bail!(
+            "{} check(s) failed with input seed {seed} (rerun with --seed {seed}): {}",
+            failures.len(),
+            failures.join("; ")
+        )
+    }
+}
+
+/// Every failed arm check as `op / backend dtype: why`, and every op with no arm that runs here.
+fn failures(reports: &[OpReport]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for report in reports.iter().filter(|r| !r.ok()) {
+        let before = failures.len();
+        for arm in &report.arms {
+            for by_dtype in arm.check.iter().flat_map(|c| &c.by_dtype) {
+                if let Some(why) = &by_dtype.failure {
+                    failures.push(format!(
+                        "{} / {} {}: {why}",
+                        report.op, arm.backend, by_dtype.dtype
+                    ));
+                }
+            }
+        }
+        if failures.len() == before {
+            failures.push(format!("{}: no arm runs here", report.op));
+        }
+    }
+    failures
 }
 
 fn print_table(

@@ -3,10 +3,11 @@
 //! fails the run unless `--allow-missing` is given.
 
 use anyhow::Result;
-use g4::device::{dtype_name, open_device, parse_dtype};
+use g4::device::{dtype_name, open_devices, parse_dtype};
 use g4::golden::{self, CaseResult, GoldenFile};
 use g4::model::ple::PleChoice;
 use g4::model::session::DecodeChoice;
+use g4::model::source::ModelSource;
 use g4::model::Gemma4;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,8 @@ use std::process::ExitCode;
 pub struct Args {
     /// Golden files or directories to search (default: golden/).
     paths: Vec<PathBuf>,
-    /// Device to run on: cpu, cuda, cuda:N, metal.
+    /// Device to run on: cpu, cuda, cuda:N, metal; or several, comma-separated, for the model
+    /// split over them (cuda:0,cuda:1; cpu,cpu checks the split arithmetic on the CPU).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Compute dtype (f32, bf16, f16); default: the reference's dtype.
@@ -71,13 +73,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         .into_iter()
         .map(|path| GoldenFile::load(&path).map(|golden| (path, golden)))
         .collect::<Result<Vec<_>>>()?;
-    let device = open_device(&args.device)?;
+    let devices = open_devices(&args.device)?;
 
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     let mut report = Vec::new();
     for (path, golden) in &goldens {
         let path = path.as_path();
-        let outcome = verify_file(path, golden, &device, &args);
+        let outcome = verify_file(path, golden, &devices, &args);
         match &outcome {
             Outcome::Ran {
                 dtype,
@@ -133,7 +135,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     if args.json {
         let value = json!({
-            "device": g4::device::device_name(&device),
+            "device": g4::device::device_names(&devices),
             "passed": passed, "failed": failed, "skipped": skipped,
             "goldens": report,
         });
@@ -160,7 +162,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 fn verify_file(
     path: &Path,
     golden: &GoldenFile,
-    device: &candle_core::Device,
+    devices: &[candle_core::Device],
     args: &Args,
 ) -> Outcome {
     let model_dir = golden.model_dir(path);
@@ -177,7 +179,11 @@ fn verify_file(
         .unwrap_or_else(|| golden.reference.dtype.clone());
     let result = (|| -> Result<Outcome> {
         let dtype = parse_dtype(&dtype_spec)?;
-        let model = Gemma4::load(&model_dir, device, dtype, args.ple.resolve(device))?;
+        let device = &devices[0];
+        let source = ModelSource::Dir(model_dir.clone());
+        let config = source.config()?;
+        let ple = args.ple.resolve(device);
+        let model = Gemma4::load_on(&source, config, devices, dtype, ple, None)?;
         golden.check_vocab(path, model.config().vocab_size)?;
         let decode = args.decode.resolve(&model)?;
         let cases = golden

@@ -6,7 +6,9 @@ use super::device_step::{DeviceStep, KindInputs};
 use super::kv_cache::{attention_mask, AttendKv, KvCache};
 use super::ple::{PerLayerEmbeddings, PlePlacement, TokenRows};
 use super::projection::Projection;
-use super::weights::Checkpoint;
+use super::source::ModelSource;
+use super::tensor_parallel::{self, AllReduce, Peers, Shard};
+use super::weights::{Checkpoint, Part, Take};
 use crate::kernels::{
     attention::attention,
     dual_rms_norm_plus_res::dual_rms_norm_plus_res,
@@ -27,6 +29,7 @@ use crate::kernels::{
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
+use std::sync::Arc;
 
 pub struct Gemma4 {
     config: Config,
@@ -40,6 +43,10 @@ pub struct Gemma4 {
     lm_head: Tensor,
     rope_sliding: RopeTable,
     rope_full: RopeTable,
+    /// With tensor parallelism: this rank's handle on the sum over ranks.
+    all_reduce: Option<Arc<dyn AllReduce>>,
+    /// On rank 0 of several: the other ranks, each on its own thread, stepped with this one.
+    peers: Option<Peers>,
 }
 
 /// cos/sin rows of one layer kind's RoPE, computed in f32 on the host as the reference does and
@@ -153,11 +160,22 @@ enum Experts {
 }
 
 impl Experts {
-    fn load(ckpt: &Checkpoint, layer: usize, moe: &MoeSpec, hidden: usize) -> Result<Experts> {
+    /// This rank's columns of every expert (all of them on one device).
+    fn load(
+        ckpt: &Checkpoint,
+        layer: usize,
+        moe: &MoeSpec,
+        hidden: usize,
+        shard: Shard,
+    ) -> Result<Experts> {
         let (experts, width) = (moe.num_experts, moe.expert_width);
+        let split = ExpertSplit {
+            width,
+            columns: shard.width(width),
+        };
         if let (Some(gate_up), Some(down)) = (
-            exploded_fp8(ckpt, layer, experts, "gate_up_proj", [2 * width, hidden])?,
-            exploded_fp8(ckpt, layer, experts, "down_proj", [hidden, width])?,
+            exploded_fp8(ckpt, layer, experts, ExpertTensor::GateUp, hidden, &split)?,
+            exploded_fp8(ckpt, layer, experts, ExpertTensor::Down, hidden, &split)?,
         ) {
             return Ok(Experts::Fp8 {
                 gate_up: gate_up.0,
@@ -167,8 +185,8 @@ impl Experts {
             });
         }
         Ok(Experts::Dense {
-            gate_up: expert_tensor(ckpt, layer, experts, "gate_up_proj", &[2 * width, hidden])?,
-            down: expert_tensor(ckpt, layer, experts, "down_proj", &[hidden, width])?,
+            gate_up: expert_tensor(ckpt, layer, experts, ExpertTensor::GateUp, hidden, &split)?,
+            down: expert_tensor(ckpt, layer, experts, ExpertTensor::Down, hidden, &split)?,
         })
     }
 
@@ -236,6 +254,79 @@ impl Gemma4 {
 
     /// Builds the model from an opened checkpoint, its per-layer table placed as `ple` says.
     pub fn from_checkpoint(config: Config, ckpt: &Checkpoint, ple: PlePlacement) -> Result<Gemma4> {
+        Gemma4::rank(config, ckpt, ple, Shard::WHOLE, None)
+    }
+
+    /// Loads the model from `source` over `devices`: on one device as
+    /// [`Gemma4::from_checkpoint`]; on several, split by tensor parallelism
+    /// (`tensor_parallel.rs`), rank 0 on this thread and returned, every other rank loaded and
+    /// then run on a thread of its own, stepped by rank 0's forward calls. `progress` follows
+    /// rank 0's loading.
+    pub fn load_on(
+        source: &ModelSource,
+        config: Config,
+        devices: &[Device],
+        dtype: DType,
+        ple: PlePlacement,
+        progress: Option<indicatif::ProgressBar>,
+    ) -> Result<Gemma4> {
+        let open = |device: &Device| -> Result<Checkpoint> {
+            let mut checkpoint = source.checkpoint(device, dtype)?;
+            if let Some(bar) = &progress {
+                bar.set_length(checkpoint.total_bytes());
+                checkpoint.set_progress(bar.clone());
+            }
+            Ok(checkpoint)
+        };
+        let [device] = devices else {
+            return Gemma4::load_ranks(source, config, devices, dtype, ple, &open);
+        };
+        Gemma4::from_checkpoint(config, &open(device)?, ple)
+    }
+
+    fn load_ranks(
+        source: &ModelSource,
+        config: Config,
+        devices: &[Device],
+        dtype: DType,
+        ple: PlePlacement,
+        open: &dyn Fn(&Device) -> Result<Checkpoint>,
+    ) -> Result<Gemma4> {
+        let ranks = devices.len();
+        tensor_parallel::check(&config, ranks)?;
+        let mut handles = tensor_parallel::all_reduce_group(devices)?.into_iter();
+        let own_handle = handles.next().context("no device")?;
+        let peers = Peers::spawn(devices[1..].iter().zip(handles).enumerate().map(
+            |(i, (device, handle))| {
+                let (source, config, device) = (source.clone(), config.clone(), device.clone());
+                let shard = Shard { rank: i + 1, ranks };
+                move || {
+                    let checkpoint = source.checkpoint(&device, dtype)?;
+                    Gemma4::rank(config, &checkpoint, ple, shard, Some(handle))
+                        .with_context(|| format!("{} on rank {}", source.name(), shard.rank))
+                }
+            },
+        ))?;
+        let shard = Shard { rank: 0, ranks };
+        let own = open(&devices[0]).and_then(|checkpoint| {
+            Gemma4::rank(config, &checkpoint, ple, shard, Some(own_handle.clone()))
+        });
+        let mut model = match (own, peers.loaded()) {
+            (Ok(model), Ok(())) => model,
+            (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
+        };
+        model.peers = Some(peers);
+        Ok(model)
+    }
+
+    /// Builds rank `shard.rank`'s part of the model; `all_reduce` sums over the ranks.
+    fn rank(
+        config: Config,
+        ckpt: &Checkpoint,
+        ple: PlePlacement,
+        shard: Shard,
+        all_reduce: Option<Arc<dyn AllReduce>>,
+    ) -> Result<Gemma4> {
         let h = config.hidden_size;
         let v = config.vocab_size;
         let dtype = ckpt.dtype();
@@ -245,7 +336,8 @@ impl Gemma4 {
         let mut layers = Vec::with_capacity(config.num_layers());
         for (i, spec) in config.layers.iter().enumerate() {
             layers.push(
-                DecoderLayer::load(&config, spec, i, ckpt).with_context(|| format!("layer {i}"))?,
+                DecoderLayer::load(&config, spec, i, ckpt, shard)
+                    .with_context(|| format!("layer {i}"))?,
             );
         }
         let lm_head = if !config.tie_word_embeddings && ckpt.contains_absolute("lm_head.weight") {
@@ -266,7 +358,9 @@ impl Gemma4 {
             ple,
             layers,
             lm_head,
-            config,
+            config: shard.local_config(&config),
+            all_reduce,
+            peers: None,
         })
     }
 
@@ -363,15 +457,49 @@ impl Gemma4 {
             cache,
             masks: [None, None],
         };
-        let hidden = self.decoder_stack(&ids_t, ple_rows, positions)?;
+        let hidden = match &self.peers {
+            None => self.decoder_stack(&ids_t, ple_rows, positions)?,
+            Some(peers) => {
+                peers.extend(ids, start)?;
+                let own = self.decoder_stack(&ids_t, ple_rows, positions);
+                if own.is_err() {
+                    self.abort_all_reduce();
+                }
+                // A rank's own failure explains the others' (released by its abort).
+                let peers_ran = peers.finish();
+                let own = own.context("rank 0")?;
+                peers_ran?;
+                own
+            }
+        };
         cache.advance(seq);
         Ok(hidden.narrow(1, seq - 1, 1)?)
+    }
+
+    /// Whether the model is split over several devices.
+    pub fn is_parallel(&self) -> bool {
+        self.peers.is_some()
+    }
+
+    /// Releases the other ranks from the all-reduce this rank will not reach.
+    pub(super) fn abort_all_reduce(&self) {
+        if let Some(all_reduce) = &self.all_reduce {
+            all_reduce.abort();
+        }
+    }
+
+    /// `x` summed over the ranks (itself on one device).
+    fn summed(&self, x: Tensor) -> Result<Tensor> {
+        summed(self.all_reduce.as_deref(), x)
     }
 
     /// One decode token whose id and position `step` holds on the device; returns the f32
     /// logits `[vocab]`. Writes K/V into `cache`'s reserved buffers but leaves its host
     /// bookkeeping to the caller (`KvCache::record_device_token`), as a captured step runs later.
     pub fn forward_device(&self, step: &DeviceStep, cache: &KvCache) -> Result<Tensor> {
+        if self.is_parallel() {
+            bail!("device-resident (graph) decode steps run on one device; with several, --decode eager");
+        }
         let kinds = [
             step.kind_inputs(LayerKind::Sliding)?,
             step.kind_inputs(LayerKind::Full)?,
@@ -474,9 +602,15 @@ impl Gemma4 {
             };
             let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
-            let attn = layer.o_proj.forward(&attn)?;
+            let attn = self.summed(layer.o_proj.forward(&attn)?)?;
             let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
-            x = layer.feed_forward(&x, &attn, layer_ple, &self.config)?;
+            x = layer.feed_forward(
+                &x,
+                &attn,
+                layer_ple,
+                &self.config,
+                self.all_reduce.as_deref(),
+            )?;
         }
         Ok(x)
     }
@@ -603,6 +737,14 @@ fn rope_table(
     )
 }
 
+/// `x` summed over the ranks when the model is split, else `x`.
+fn summed(all_reduce: Option<&dyn AllReduce>, x: Tensor) -> Result<Tensor> {
+    Ok(match all_reduce {
+        Some(all_reduce) => all_reduce.sum(&x)?,
+        None => x,
+    })
+}
+
 impl DecoderLayer {
     fn weights(&self) -> impl Iterator<Item = &Tensor> {
         let norms = [
@@ -642,29 +784,38 @@ impl DecoderLayer {
             .chain(ple_norm)
     }
 
+    /// Layer `i` as rank `shard.rank` holds it (`config` and `spec` describe the whole model).
     fn load(
         config: &Config,
         spec: &LayerSpec,
         i: usize,
         ckpt: &Checkpoint,
+        shard: Shard,
     ) -> Result<DecoderLayer> {
         let h = config.hidden_size;
         let nh = config.num_attention_heads;
         let (hd, kvh) = (spec.head_dim, spec.kv_heads);
+        let (q_heads, kv_heads) = (shard.q_heads(nh), shard.kv_heads(nh, kvh));
+        let head_rows = |heads: &std::ops::Range<usize>, of: usize| {
+            Take::rows(heads.start * hd..heads.end * hd, of * hd)
+        };
         let p = |name: &str| format!("layers.{i}.{name}");
         let norm = |name: &str| ckpt.tensor(&p(name), &[h]);
-        let mut projections = vec![(p("self_attn.q_proj.weight"), vec![nh * hd, h])];
+        let mut projections = vec![Part::whole(p("self_attn.q_proj.weight"), &[nh * hd, h])
+            .taking(head_rows(&q_heads, nh))];
         let kv = match spec.kv_source {
             // Released checkpoints still ship k/v weights for consumer layers; they are dead.
             KvSource::SharedFrom(_) => KvPart::None,
             KvSource::Own if spec.k_eq_v => KvPart::KAsV,
             KvSource::Own => KvPart::KAndV,
         };
+        let kv_part =
+            |name: &str| Part::whole(p(name), &[kvh * hd, h]).taking(head_rows(&kv_heads, kvh));
         if kv != KvPart::None {
-            projections.push((p("self_attn.k_proj.weight"), vec![kvh * hd, h]));
+            projections.push(kv_part("self_attn.k_proj.weight"));
         }
         if kv == KvPart::KAndV {
-            projections.push((p("self_attn.v_proj.weight"), vec![kvh * hd, h]));
+            projections.push(kv_part("self_attn.v_proj.weight"));
         }
         let k_norm = (kv != KvPart::None)
             .then(|| ckpt.tensor(&p("self_attn.k_norm.weight"), &[hd]))
@@ -676,7 +827,7 @@ impl DecoderLayer {
                 router_proj: ckpt.tensor(&p("router.proj.weight"), &[m.num_experts, h])?,
                 router_scale: ckpt.tensor(&p("router.scale"), &[h])?,
                 per_expert_scale: ckpt.tensor(&p("router.per_expert_scale"), &[m.num_experts])?,
-                experts: Experts::load(ckpt, i, m, h)?,
+                experts: Experts::load(ckpt, i, m, h, shard)?,
                 pre_norm_2: norm("pre_feedforward_layernorm_2.weight")?,
                 post_norm_1: norm("post_feedforward_layernorm_1.weight")?,
                 post_norm_2: norm("post_feedforward_layernorm_2.weight")?,
@@ -685,13 +836,19 @@ impl DecoderLayer {
         };
         let ple = match &config.ple {
             Some(s) => Some(LayerPle {
-                gate: ckpt.projection(&p("per_layer_input_gate.weight"), &[s.width, h])?,
-                projection: ckpt.projection(&p("per_layer_projection.weight"), &[h, s.width])?,
+                gate: ckpt
+                    .projection(Part::whole(p("per_layer_input_gate.weight"), &[s.width, h]))?,
+                projection: ckpt
+                    .projection(Part::whole(p("per_layer_projection.weight"), &[h, s.width]))?,
                 post_norm: norm("post_per_layer_input_norm.weight")?,
             }),
             None => None,
         };
         let width = spec.mlp_width;
+        let columns = shard.width(width);
+        let mlp_rows = |name: &str| {
+            Part::whole(p(name), &[width, h]).taking(Take::rows(columns.clone(), width))
+        };
         Ok(DecoderLayer {
             spec: spec.clone(),
             input_norm: norm("input_layernorm.weight")?,
@@ -705,20 +862,26 @@ impl DecoderLayer {
                 .to_scalar::<f64>()?,
             qkv_proj,
             qkv_layout: QkvLayout {
-                q_heads: nh,
-                kv_heads: kvh,
+                q_heads: q_heads.len(),
+                kv_heads: kv_heads.len(),
                 head_dim: hd,
                 kv,
             },
             q_norm: ckpt.tensor(&p("self_attn.q_norm.weight"), &[hd])?,
             k_norm,
-            o_proj: ckpt.projection(&p("self_attn.o_proj.weight"), &[h, nh * hd])?,
+            o_proj: ckpt.projection(
+                Part::whole(p("self_attn.o_proj.weight"), &[h, nh * hd])
+                    .taking(Take::cols(q_heads.start * hd..q_heads.end * hd, nh * hd)),
+            )?,
             mlp: Mlp {
                 gate_up: ckpt.concat_projection(&[
-                    (p("mlp.gate_proj.weight"), vec![width, h]),
-                    (p("mlp.up_proj.weight"), vec![width, h]),
+                    mlp_rows("mlp.gate_proj.weight"),
+                    mlp_rows("mlp.up_proj.weight"),
                 ])?,
-                down: ckpt.projection(&p("mlp.down_proj.weight"), &[h, width])?,
+                down: ckpt.projection(
+                    Part::whole(p("mlp.down_proj.weight"), &[h, width])
+                        .taking(Take::cols(columns.clone(), width)),
+                )?,
             },
             moe,
             ple,
@@ -754,6 +917,7 @@ impl DecoderLayer {
         attn: &Tensor,
         ple: Option<Tensor>,
         config: &Config,
+        all_reduce: Option<&dyn AllReduce>,
     ) -> Result<Tensor> {
         let eps = config.rms_norm_eps;
         let (residual, normed) = dual_rms_norm_plus_res(
@@ -764,7 +928,7 @@ impl DecoderLayer {
             eps,
         )?;
         let gate_up = self.mlp.gate_up.forward(&normed)?;
-        let mlp_out = self.mlp.down.forward(&gelu_and_mul(&gate_up)?)?;
+        let mlp_out = summed(all_reduce, self.mlp.down.forward(&gelu_and_mul(&gate_up)?)?)?;
         let mut x = match &self.moe {
             Some(moe) => {
                 let norms = OutputNorms {
@@ -772,13 +936,8 @@ impl DecoderLayer {
                     experts: &moe.post_norm_2,
                     block: &self.post_feedforward_norm,
                 };
-                moe_output(
-                    &residual,
-                    &mlp_out,
-                    &moe.forward(&residual, eps)?,
-                    &norms,
-                    eps,
-                )?
+                let experts = summed(all_reduce, moe.forward(&residual, eps)?)?;
+                moe_output(&residual, &mlp_out, &experts, &norms, eps)?
             }
             None => rms_norm_plus_add(&residual, &mlp_out, &self.post_feedforward_norm, eps)?,
         };
@@ -792,71 +951,124 @@ impl DecoderLayer {
     }
 }
 
-/// `experts.{name}` as one `[E, ..]` tensor: stored that way by transformers, or exploded per
-/// expert (`experts.{e}.gate_proj` / `up_proj` / `down_proj`, as FP8 repacks store them).
+/// The two expert tensors, as transformers packs them: `gate_up_proj [E, 2W, H]` (gate rows then
+/// up rows) and `down_proj [E, H, W]`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExpertTensor {
+    GateUp,
+    Down,
+}
+
+/// Each expert's width `W` and the columns of it a rank keeps.
+struct ExpertSplit {
+    width: usize,
+    columns: std::ops::Range<usize>,
+}
+
+impl ExpertTensor {
+    fn name(self) -> &'static str {
+        match self {
+            ExpertTensor::GateUp => "gate_up_proj",
+            ExpertTensor::Down => "down_proj",
+        }
+    }
+
+    /// One expert's `[rows, cols]` as stored, and as a rank keeps it.
+    fn shapes(self, hidden: usize, split: &ExpertSplit) -> ([usize; 2], [usize; 2]) {
+        let kept = split.columns.len();
+        match self {
+            ExpertTensor::GateUp => ([2 * split.width, hidden], [2 * kept, hidden]),
+            ExpertTensor::Down => ([hidden, split.width], [hidden, kept]),
+        }
+    }
+
+    /// What a rank keeps of the packed tensor: its gate rows and its up rows, or its columns.
+    fn packed_take(self, split: &ExpertSplit) -> Take {
+        let (w, c) = (split.width, &split.columns);
+        match self {
+            ExpertTensor::GateUp => {
+                Take::rows_joined(vec![c.clone(), w + c.start..w + c.end], 2 * w)
+            }
+            ExpertTensor::Down => Take::cols(c.clone(), w),
+        }
+    }
+}
+
+/// `experts.{name}` as one `[E, rows, cols]` tensor (this rank's part): stored that way by
+/// transformers, or exploded per expert (`experts.{e}.gate_proj` / `up_proj` / `down_proj`, as
+/// FP8 repacks store them).
 fn expert_tensor(
     ckpt: &Checkpoint,
     layer: usize,
     experts: usize,
-    name: &str,
-    per_expert: &[usize],
+    tensor: ExpertTensor,
+    hidden: usize,
+    split: &ExpertSplit,
 ) -> Result<Tensor> {
-    let packed = format!("layers.{layer}.experts.{name}");
+    let packed = format!("layers.{layer}.experts.{}", tensor.name());
+    let ([rows, cols], [kept_rows, kept_cols]) = tensor.shapes(hidden, split);
     if ckpt.contains(&packed)
         || !ckpt.contains(&format!("layers.{layer}.experts.0.down_proj.weight"))
     {
-        let mut shape = vec![experts];
-        shape.extend_from_slice(per_expert);
-        return ckpt.tensor(&packed, &shape);
+        return ckpt
+            .part(&Part::whole(packed, &[experts, rows, cols]).taking(tensor.packed_take(split)));
     }
-    let parts = exploded_parts(layer, experts, name, [per_expert[0], per_expert[1]]);
+    let parts = exploded_parts(layer, experts, tensor, hidden, split);
     Ok(ckpt
         .concat(&parts)?
-        .reshape((experts, per_expert[0], per_expert[1]))?)
+        .reshape((experts, kept_rows, kept_cols))?)
 }
 
-/// Exploded experts' tensors in expert order (gate then up for each): the rows of the packed
-/// `[experts, rows, cols]` tensor `experts.{name}`.
+/// Exploded experts' tensors in expert order (gate then up for each), each cut to this rank's
+/// part: the rows of the packed `[experts, rows, cols]` tensor.
 fn exploded_parts(
     layer: usize,
     experts: usize,
-    name: &str,
-    [rows, cols]: [usize; 2],
-) -> Vec<(String, Vec<usize>)> {
-    let one = |e: usize, part: &str, rows: usize| {
-        (
-            format!("layers.{layer}.experts.{e}.{part}.weight"),
-            vec![rows, cols],
-        )
+    tensor: ExpertTensor,
+    hidden: usize,
+    split: &ExpertSplit,
+) -> Vec<Part> {
+    let (w, columns) = (split.width, &split.columns);
+    let one = |e: usize, name: &str, shape: [usize; 2], take: Take| {
+        Part::whole(format!("layers.{layer}.experts.{e}.{name}.weight"), &shape).taking(take)
     };
     (0..experts)
-        .flat_map(|e| {
-            if name == "gate_up_proj" {
-                vec![one(e, "gate_proj", rows / 2), one(e, "up_proj", rows / 2)]
-            } else {
-                vec![one(e, "down_proj", rows)]
+        .flat_map(|e| match tensor {
+            ExpertTensor::GateUp => ["gate_proj", "up_proj"]
+                .map(|name| one(e, name, [w, hidden], Take::rows(columns.clone(), w)))
+                .to_vec(),
+            ExpertTensor::Down => {
+                vec![one(
+                    e,
+                    "down_proj",
+                    [hidden, w],
+                    Take::cols(columns.clone(), w),
+                )]
             }
         })
         .collect()
 }
 
-/// Exploded FP8 experts `experts.{name}` kept e4m3, `[experts, rows, cols]` with scales
-/// `[experts, rows]`, where the registry runs `moe_experts_fp8` natively; `None` otherwise.
+/// Exploded FP8 experts `experts.{name}` (this rank's part) kept e4m3, `[experts, rows, cols]`
+/// with scales `[experts, rows]`, where the registry runs `moe_experts_fp8` natively; `None`
+/// otherwise.
 fn exploded_fp8(
     ckpt: &Checkpoint,
     layer: usize,
     experts: usize,
-    name: &str,
-    shape: [usize; 2],
+    tensor: ExpertTensor,
+    hidden: usize,
+    split: &ExpertSplit,
 ) -> Result<Option<(Tensor, Tensor)>> {
     if !ckpt.contains(&format!("layers.{layer}.experts.0.down_proj.weight")) {
         return Ok(None);
     }
-    let parts = exploded_parts(layer, experts, name, shape);
+    let parts = exploded_parts(layer, experts, tensor, hidden, split);
+    let (_, [rows, cols]) = tensor.shapes(hidden, split);
     Ok(match ckpt.concat_fp8(&parts, Op::MoeExpertsFp8)? {
         Some((weight, scale)) => Some((
-            weight.reshape((experts, shape[0], shape[1]))?,
-            scale.reshape((experts, shape[0]))?,
+            weight.reshape((experts, rows, cols))?,
+            scale.reshape((experts, rows))?,
         )),
         None => None,
     })

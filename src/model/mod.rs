@@ -12,6 +12,7 @@ pub mod projection;
 pub mod sampling;
 pub mod session;
 pub mod source;
+pub mod tensor_parallel;
 pub mod thinking;
 pub mod tokenizer;
 pub mod weights;

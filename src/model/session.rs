@@ -37,10 +37,15 @@ impl DecodeChoice {
         }
     }
 
-    /// `auto` picks graph steps where they are captured (CUDA) and the model allows them.
+    /// `auto` picks graph steps where they are captured (CUDA) and the model allows them: on
+    /// one device (a split model's ranks meet in all-reduces the captured step does not hold).
     pub fn resolve(self, model: &Gemma4) -> Result<DecodePath> {
         match self {
             DecodeChoice::Eager => Ok(DecodePath::Eager),
+            DecodeChoice::Graph if model.is_parallel() => bail!(
+                "--decode graph runs on one device; a model split over several decodes eagerly (--decode eager or auto)"
+            ),
+            DecodeChoice::Auto if model.is_parallel() => Ok(DecodePath::Eager),
             DecodeChoice::Graph => Ok(DecodePath::Graph),
             DecodeChoice::Auto if can_capture(model.device()) => Ok(DecodePath::Graph),
             DecodeChoice::Auto => Ok(DecodePath::Eager),

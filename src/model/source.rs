@@ -9,6 +9,7 @@ use candle_core::{DType, Device};
 use serde_json::Value;
 use std::path::PathBuf;
 
+#[derive(Clone)]
 pub enum ModelSource {
     Dir(PathBuf),
     Embedded,

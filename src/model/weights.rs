@@ -9,6 +9,7 @@ use crate::kernels::{arm_for, linear_panels, linear_panels_fp8, Arm, Op};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 /// Prefixes under which checkpoints keep the text decoder, most specific first.
@@ -82,6 +83,88 @@ struct ShardFile {
 impl ShardFile {
     fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.iter().map(|(name, _)| name.as_str())
+    }
+}
+
+/// A decoder tensor to load: its name, the shape config.json implies, and what to keep of it.
+#[derive(Clone, Debug)]
+pub struct Part {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub take: Take,
+}
+
+impl Part {
+    /// All of tensor `name`, which must have `shape`.
+    pub fn whole(name: impl Into<String>, shape: &[usize]) -> Part {
+        Part {
+            name: name.into(),
+            shape: shape.to_vec(),
+            take: Take::All,
+        }
+    }
+
+    /// Only `take` of it.
+    pub fn taking(self, take: Take) -> Part {
+        Part { take, ..self }
+    }
+}
+
+impl Take {
+    /// Rows `range` of `rows`: all of them when the range covers them (one device).
+    pub fn rows(range: Range<usize>, rows: usize) -> Take {
+        Take::rows_joined(vec![range], rows)
+    }
+
+    /// Several row ranges of `rows`, joined in order (a rank's gate and up rows).
+    pub fn rows_joined(ranges: Vec<Range<usize>>, rows: usize) -> Take {
+        if ranges.iter().map(Range::len).sum::<usize>() == rows {
+            Take::All
+        } else {
+            Take::Rows(ranges)
+        }
+    }
+
+    /// Columns `range` of `cols`: all of them when the range covers them.
+    pub fn cols(range: Range<usize>, cols: usize) -> Take {
+        if range.len() == cols {
+            Take::All
+        } else {
+            Take::Cols(range)
+        }
+    }
+}
+
+/// What a tensor-parallel rank keeps of a stored tensor: all of it, some of its rows (the
+/// second-to-last dimension; several ranges join in order), or a range of its columns (the
+/// last dimension). Cut in host memory, before the move: a rank's device holds only its part.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Take {
+    All,
+    Rows(Vec<Range<usize>>),
+    Cols(Range<usize>),
+}
+
+impl Take {
+    pub(super) fn apply(&self, t: &Tensor) -> candle_core::Result<Tensor> {
+        let (dim, ranges) = match self {
+            Take::All => return Ok(t.clone()),
+            Take::Rows(ranges) => (t.rank().saturating_sub(2), ranges.as_slice()),
+            Take::Cols(range) => (t.rank().saturating_sub(1), std::slice::from_ref(range)),
+        };
+        let parts = ranges
+            .iter()
+            .map(|r| t.narrow(dim, r.start, r.len()))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Tensor::cat(&parts, dim)?.contiguous()
+    }
+
+    /// An FP8 weight's row scales `[rows]` for the rows kept.
+    fn apply_to_scale(&self, scale: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Take::Rows(_) => self.apply(&scale.unsqueeze(1)?)?.squeeze(1),
+            Take::All | Take::Cols(_) => Ok(scale.clone()),
+        }
     }
 }
 
@@ -219,6 +302,15 @@ impl Checkpoint {
         self.absolute_tensor(&format!("{}{name}", self.prefix), shape)
     }
 
+    /// Loads decoder tensor `part` as [`Checkpoint::tensor`] does, keeping only `part.take`.
+    pub fn part(&self, part: &Part) -> Result<Tensor> {
+        self.load(
+            &format!("{}{}", self.prefix, part.name),
+            &part.shape,
+            &part.take,
+        )
+    }
+
     /// The file and header entry of a tensor whose shape must be `shape`.
     fn locate(&self, full_name: &str, shape: &[usize]) -> Result<(&ShardFile, &Entry)> {
         let Some(&(file, index)) = self.location.get(full_name) else {
@@ -258,15 +350,15 @@ impl Checkpoint {
         Ok(read)
     }
 
-    /// Decoder tensors `parts` (name, shape), each shape-checked, concatenated along their first
-    /// dimension. Parts stored in one float dtype are joined in host memory and moved once: a
-    /// join on the device would leave the parts' freed memory as holes in its allocator pool.
-    pub fn concat(&self, parts: &[(String, Vec<usize>)]) -> Result<Tensor> {
+    /// Decoder tensors `parts`, each shape-checked and cut to its take, concatenated along their
+    /// first dimension. Parts stored in one float dtype are joined in host memory and moved once:
+    /// a join on the device would leave the parts' freed memory as holes in its allocator pool.
+    pub fn concat(&self, parts: &[Part]) -> Result<Tensor> {
         let located = parts
             .iter()
-            .map(|(name, shape)| {
-                let full_name = format!("{}{name}", self.prefix);
-                let (file, entry) = self.locate(&full_name, shape)?;
+            .map(|part| {
+                let full_name = format!("{}{}", self.prefix, part.name);
+                let (file, entry) = self.locate(&full_name, &part.shape)?;
                 Ok((full_name, file, entry))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -282,13 +374,16 @@ impl Checkpoint {
         if !joinable {
             let tensors = parts
                 .iter()
-                .map(|(name, shape)| self.tensor(name, shape))
+                .map(|part| self.part(part))
                 .collect::<Result<Vec<_>>>()?;
             return Ok(Tensor::cat(&tensors, 0)?);
         }
         let host = located
             .iter()
-            .map(|(full_name, file, entry)| self.stored(file, full_name, entry))
+            .zip(parts)
+            .map(|((full_name, file, entry), part)| {
+                Ok(part.take.apply(&self.stored(file, full_name, entry)?)?)
+            })
             .collect::<Result<Vec<_>>>()?;
         let what = || {
             let first = &located[0].0;
@@ -302,28 +397,40 @@ impl Checkpoint {
 
     /// Loads a tensor by its absolute name, checks its shape, converts it to the compute dtype.
     pub fn absolute_tensor(&self, full_name: &str, shape: &[usize]) -> Result<Tensor> {
+        self.load(full_name, shape, &Take::All)
+    }
+
+    /// A tensor by its absolute name, shape-checked, cut to `take`, in the compute dtype.
+    fn load(&self, full_name: &str, shape: &[usize], take: &Take) -> Result<Tensor> {
         let (file, entry) = self.locate(full_name, shape)?;
         let path = &file.path;
         let stored = self.stored(file, full_name, entry)?;
+        let cut = |t: &Tensor| {
+            take.apply(t)
+                .map_err(|e| anyhow::anyhow!("tensor {full_name}: cannot take {take:?}: {e}"))
+        };
         let moved = |t: Tensor| {
             t.to_device(&self.device).map_err(|e| {
                 anyhow::anyhow!("tensor {full_name}: cannot move to {:?}: {e}", self.device)
             })
         };
         match stored.dtype() {
-            DType::F32 | DType::BF16 | DType::F16 => moved(stored)?
+            DType::F32 | DType::BF16 | DType::F16 => moved(cut(&stored)?)?
                 .to_dtype(self.dtype)
                 .map_err(|e| anyhow::anyhow!("tensor {full_name}: {e}")),
             // compressed-tensors FP8: e4m3 weights with one f32 scale per output row, dequantised
             // once here (on the device, through the registry) into the compute dtype.
             DType::F8E4M3 => {
                 let rows = shape.first().copied().unwrap_or(1);
-                let scale = moved(self.fp8_scale(file, full_name, rows)?)?;
-                let weight = moved(stored)?.reshape((rows, ()))?;
+                let scale = self.fp8_scale(file, full_name, rows)?;
+                let scale = moved(take.apply_to_scale(&scale)?)?;
+                let weight = cut(&stored)?;
+                let kept = weight.dims().to_vec();
+                let weight = moved(weight)?.reshape((scale.elem_count(), ()))?;
                 let dense = crate::kernels::dequant_fp8_channel::dequant_fp8_channel(
                     &weight, &scale, self.dtype,
                 )?;
-                Ok(dense.reshape(shape)?)
+                Ok(dense.reshape(kept)?)
             }
             other => bail!(
                 "{}: tensor {full_name} is stored as {other:?}; g4 loads f32, bf16, f16 and FP8 (e4m3) weights",
@@ -337,13 +444,13 @@ impl Checkpoint {
     /// this device and dtype (`matmul_bt_fp8_channel` on GPUs; `linear_panels_fp8`, in panels, on
     /// a CPU in f32), and that a dense one is packed into panels where `linear_panels` runs
     /// natively (f32 on a CPU).
-    pub fn projection(&self, name: &str, shape: &[usize]) -> Result<Projection> {
-        self.concat_projection(&[(name.to_string(), shape.to_vec())])
+    pub fn projection(&self, part: Part) -> Result<Projection> {
+        self.concat_projection(&[part])
     }
 
     /// Decoder projections `parts` joined along their rows as [`Checkpoint::concat`] joins them;
     /// FP8 kept as such (weights and scales joined alike) when every part is stored in FP8.
-    pub fn concat_projection(&self, parts: &[(String, Vec<usize>)]) -> Result<Projection> {
+    pub fn concat_projection(&self, parts: &[Part]) -> Result<Projection> {
         if let Some((weight, scale)) = self.concat_fp8(parts, Op::MatmulBtFp8Channel)? {
             return Ok(Projection::Fp8 { weight, scale });
         }
@@ -353,7 +460,7 @@ impl Checkpoint {
             return Ok(Projection::Fp8Panels { panels, scale, n });
         }
         let dense = match parts {
-            [(name, shape)] => self.tensor(name, shape)?,
+            [part] => self.part(part)?,
             _ => self.concat(parts)?,
         };
         let panels_native = matches!(
@@ -374,17 +481,13 @@ impl Checkpoint {
     /// f32 row scales `[rows]`, on the device, when every part is stored in FP8 and the registry
     /// runs `op` (the op that will read them) natively for this device and dtype; `None`
     /// otherwise (the caller loads them dequantised).
-    pub fn concat_fp8(
-        &self,
-        parts: &[(String, Vec<usize>)],
-        op: Op,
-    ) -> Result<Option<(Tensor, Tensor)>> {
+    pub fn concat_fp8(&self, parts: &[Part], op: Op) -> Result<Option<(Tensor, Tensor)>> {
         let located = parts
             .iter()
-            .map(|(name, shape)| {
-                let full_name = format!("{}{name}", self.prefix);
-                let (file, entry) = self.locate(&full_name, shape)?;
-                Ok((full_name, shape[0], file, entry))
+            .map(|part| {
+                let full_name = format!("{}{}", self.prefix, part.name);
+                let (file, entry) = self.locate(&full_name, &part.shape)?;
+                Ok((full_name, part, file, entry))
             })
             .collect::<Result<Vec<_>>>()?;
         let all_fp8 = located
@@ -394,9 +497,12 @@ impl Checkpoint {
             return Ok(None);
         }
         let (mut weights, mut scales) = (Vec::new(), Vec::new());
-        for (full_name, rows, file, entry) in &located {
-            weights.push(self.stored(file, full_name, entry)?.reshape((*rows, ()))?);
-            scales.push(self.fp8_scale(file, full_name, *rows)?);
+        for (full_name, part, file, entry) in &located {
+            let rows = part.shape[0];
+            let weight = self.stored(file, full_name, entry)?.reshape((rows, ()))?;
+            weights.push(part.take.apply(&weight)?);
+            let scale = self.fp8_scale(file, full_name, rows)?;
+            scales.push(part.take.apply_to_scale(&scale)?);
         }
         let names = || {
             let names: Vec<&str> = located.iter().map(|(n, ..)| n.as_str()).collect();

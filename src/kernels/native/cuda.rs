@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 /// GPU present, or compiles the PTX for a GPU newer than the code.
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/g4_kernels.fatbin"));
 
-fn cuda_device(device: &Device) -> Result<&candle_core::CudaDevice> {
+pub(super) fn cuda_device(device: &Device) -> Result<&candle_core::CudaDevice> {
     match device {
         Device::Cuda(d) => Ok(d),
         _ => candle_core::bail!("g4's CUDA kernels need a CUDA device"),
@@ -21,7 +21,7 @@ fn cuda_device(device: &Device) -> Result<&candle_core::CudaDevice> {
 }
 
 /// The device address of a CUDA tensor's first element; all but row views must be contiguous.
-fn address(
+pub(super) fn address(
     t: &Tensor,
     rows_only: bool,
     stream: &candle_core::cuda::cudarc::driver::CudaStream,

@@ -6,11 +6,14 @@
 //! Op modules never name a vendor API: their native arm calls [`launch`] with a kernel name.
 //! The CPU has native arms too (`cpu.rs`): SIMD kernels chosen by what the processor offers.
 
+pub mod collective;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "hip")]
 pub mod hip;
+#[cfg(feature = "cuda")]
+mod nccl;
 pub mod poison;
 
 use candle_core::{DType, Device, Result, Shape, Tensor};

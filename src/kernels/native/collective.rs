@@ -1,0 +1,118 @@
+//! Sums over the ranks of a tensor-parallel group (`model/tensor_parallel.rs`): NCCL across CUDA
+//! devices (`nccl.rs`), host memory across CPU ranks.
+
+use candle_core::{Device, Tensor};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// Sums a tensor over the ranks of a group, every rank receiving the same result. Each rank
+/// holds its own handle; all ranks must call [`AllReduce::sum`] in the same order.
+pub trait AllReduce: Send + Sync {
+    fn sum(&self, x: &Tensor) -> candle_core::Result<Tensor>;
+
+    /// Releases every rank waiting in [`AllReduce::sum`] with an error: a rank that failed
+    /// will not arrive, and its peers must not wait for it forever.
+    fn abort(&self);
+}
+
+/// An all-reduce through host memory, for ranks on devices NCCL does not serve (the CPU): each
+/// rank deposits its tensor, the last to arrive sums them in rank order (so every rank, and every
+/// run, gets the same bits) and wakes the others.
+pub struct HostAllReduce {
+    rank: usize,
+    shared: Arc<HostShared>,
+}
+
+struct HostShared {
+    state: Mutex<HostState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct HostState {
+    deposits: Vec<Option<Tensor>>,
+    /// Completed sums so far; a waiting rank's sum is ready when this passes its round.
+    rounds: u64,
+    result: Option<Tensor>,
+    aborted: bool,
+}
+
+impl HostAllReduce {
+    /// One handle per rank of a group of `ranks`.
+    pub fn group(ranks: usize) -> Vec<HostAllReduce> {
+        let shared = Arc::new(HostShared {
+            state: Mutex::new(HostState {
+                deposits: vec![None; ranks],
+                ..HostState::default()
+            }),
+            changed: Condvar::new(),
+        });
+        (0..ranks)
+            .map(|rank| HostAllReduce {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+}
+
+impl AllReduce for HostAllReduce {
+    fn sum(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let device = x.device().clone();
+        let host = x.to_device(&Device::Cpu)?;
+        let shared = &*self.shared;
+        let mut state = shared.state.lock().expect("all-reduce lock");
+        let aborted = || candle_core::Error::Msg("another device's rank failed".into());
+        if state.aborted {
+            return Err(aborted());
+        }
+        let round = state.rounds;
+        state.deposits[self.rank] = Some(host);
+        if state.deposits.iter().all(Option::is_some) {
+            let mut parts = state
+                .deposits
+                .iter_mut()
+                .map(|d| d.take().expect("deposited"));
+            let first = parts.next().expect("at least one rank");
+            let sum = parts.try_fold(first, |acc, part| acc + part)?;
+            state.result = Some(sum);
+            state.rounds += 1;
+            shared.changed.notify_all();
+        } else {
+            state = shared
+                .changed
+                .wait_while(state, |s| s.rounds == round && !s.aborted)
+                .expect("all-reduce lock");
+            if state.rounds == round {
+                return Err(aborted());
+            }
+        }
+        let sum = state.result.clone().expect("set by the last rank");
+        drop(state);
+        sum.to_device(&device)
+    }
+
+    fn abort(&self) {
+        let mut state = self.shared.state.lock().expect("all-reduce lock");
+        state.aborted = true;
+        self.shared.changed.notify_all();
+    }
+}
+
+/// One handle per device of a tensor-parallel group: NCCL across CUDA devices, host memory
+/// across CPU ranks.
+pub fn group(devices: &[Device]) -> anyhow::Result<Vec<Arc<dyn AllReduce>>> {
+    let cuda = devices.iter().filter(|d| d.is_cuda()).count();
+    if cuda == 0 {
+        return Ok(HostAllReduce::group(devices.len())
+            .into_iter()
+            .map(|h| Arc::new(h) as Arc<dyn AllReduce>)
+            .collect());
+    }
+    if cuda < devices.len() {
+        anyhow::bail!("the devices of one model must be all CUDA GPUs or all the CPU");
+    }
+    #[cfg(feature = "cuda")]
+    return super::nccl::group(devices);
+    #[cfg(not(feature = "cuda"))]
+    unreachable!("no CUDA device opens without --features cuda");
+}

@@ -1,0 +1,377 @@
+//! Tensor parallelism over several devices of one host (Megatron-style): every rank holds a slice
+//! of each layer's projections, and the ranks sum their partial outputs twice per layer.
+//!
+//! q/k/v and gate/up are split by output rows (each rank computes its own query heads and its own
+//! part of the MLP width, with no communication); o and down by input columns (each rank's product
+//! is a partial sum, all-reduced). KV heads follow the query heads they serve: split when each
+//! rank's queries cover whole GQA groups, otherwise replicated, each rank keeping the KV head its
+//! queries read (the 26B/31B full layers have 2–4 KV heads). MoE experts are split like the dense
+//! MLP, each expert's width across the ranks, not whole experts per rank: routing stays identical
+//! on every rank, every rank does the same work whatever the router picks, and the expert kernels
+//! run unchanged on narrower experts. Norms, the router, PLE (narrow projections) and the tied
+//! embedding and head are replicated: a split head would need its logits gathered every token.
+
+use super::config::Config;
+use super::{Gemma4, KvCache};
+pub use crate::kernels::native::collective::{group as all_reduce_group, AllReduce};
+use anyhow::{bail, Context, Result};
+use std::ops::Range;
+use std::sync::mpsc;
+
+/// One rank's part of a model split over `ranks` devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+impl Shard {
+    /// The whole model on one device.
+    pub const WHOLE: Shard = Shard { rank: 0, ranks: 1 };
+
+    pub fn is_whole(&self) -> bool {
+        self.ranks == 1
+    }
+
+    /// This rank's part of `n` items divided evenly ([`check`] proved `n` divides).
+    fn even(&self, n: usize) -> Range<usize> {
+        let per = n / self.ranks;
+        self.rank * per..(self.rank + 1) * per
+    }
+
+    /// This rank's query heads.
+    pub fn q_heads(&self, heads: usize) -> Range<usize> {
+        self.even(heads)
+    }
+
+    /// The KV heads this rank's query heads read (query head `h` reads KV head `h / group`).
+    pub fn kv_heads(&self, heads: usize, kv_heads: usize) -> Range<usize> {
+        let group = heads / kv_heads;
+        let q = self.q_heads(heads);
+        q.start / group..(q.end - 1) / group + 1
+    }
+
+    /// This rank's columns of an MLP (or expert) of `width`.
+    pub fn width(&self, width: usize) -> Range<usize> {
+        self.even(width)
+    }
+
+    /// The model as this rank holds it: its heads, KV heads and widths.
+    pub fn local_config(&self, config: &Config) -> Config {
+        let mut local = config.clone();
+        let heads = config.num_attention_heads;
+        local.num_attention_heads = self.q_heads(heads).len();
+        local.intermediate_size = self.width(config.intermediate_size).len();
+        for spec in &mut local.layers {
+            spec.kv_heads = self.kv_heads(heads, spec.kv_heads).len();
+            spec.mlp_width = self.width(spec.mlp_width).len();
+        }
+        if let Some(moe) = &mut local.moe {
+            moe.expert_width = self.width(moe.expert_width).len();
+        }
+        local
+    }
+}
+
+/// Whether `config` splits over `ranks`: heads, every layer's GQA groups and every width must
+/// divide evenly. The error names the first thing that does not.
+pub fn check(config: &Config, ranks: usize) -> Result<()> {
+    if ranks == 0 {
+        bail!("tensor parallelism needs at least one device");
+    }
+    let heads = config.num_attention_heads;
+    if !heads.is_multiple_of(ranks) {
+        bail!("{heads} attention heads do not split evenly over {ranks} devices");
+    }
+    let per_rank = heads / ranks;
+    for (i, spec) in config.layers.iter().enumerate() {
+        let kv = spec.kv_heads;
+        if kv == 0 || !heads.is_multiple_of(kv) {
+            bail!("layer {i}: {heads} query heads do not form groups over {kv} KV heads");
+        }
+        let group = heads / kv;
+        if !per_rank.is_multiple_of(group) && !group.is_multiple_of(per_rank) {
+            bail!(
+                "layer {i}: {per_rank} query heads per device split GQA groups of {group} \
+                 across devices ({ranks} devices, {kv} KV heads)"
+            );
+        }
+        if !spec.mlp_width.is_multiple_of(ranks) {
+            bail!(
+                "layer {i}: MLP width {} does not split evenly over {ranks} devices",
+                spec.mlp_width
+            );
+        }
+    }
+    if let Some(moe) = &config.moe {
+        if !moe.expert_width.is_multiple_of(ranks) {
+            bail!(
+                "expert width {} does not split evenly over {ranks} devices",
+                moe.expert_width
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The ranks after the first, each on a thread of its own with its own model and KV cache,
+/// running every forward call rank 0 runs, at the same time (they meet in the all-reduces).
+pub struct Peers {
+    workers: Vec<Worker>,
+}
+
+struct Worker {
+    rank: usize,
+    commands: Option<mpsc::Sender<Extend>>,
+    replies: mpsc::Receiver<Result<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Run `ids` after the first `start` positions (a new sequence when `start` is 0).
+struct Extend {
+    ids: Vec<u32>,
+    start: usize,
+}
+
+impl Peers {
+    /// Starts one thread per rank (1, 2, …), each building its model with its `load`.
+    pub fn spawn<L>(loads: impl Iterator<Item = L>) -> Result<Peers>
+    where
+        L: FnOnce() -> Result<Gemma4> + Send + 'static,
+    {
+        let mut workers = Vec::new();
+        for (i, load) in loads.enumerate() {
+            let rank = i + 1;
+            let (commands, inbox) = mpsc::channel::<Extend>();
+            let (outbox, replies) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name(format!("g4-rank-{rank}"))
+                .spawn(move || serve(rank, load, &inbox, &outbox))
+                .with_context(|| format!("cannot start the thread of rank {rank}"))?;
+            workers.push(Worker {
+                rank,
+                commands: Some(commands),
+                replies,
+                thread: Some(thread),
+            });
+        }
+        Ok(Peers { workers })
+    }
+
+    /// Waits until every rank has loaded its part; the first failure, if any.
+    pub fn loaded(&self) -> Result<()> {
+        self.replies()
+    }
+
+    /// Starts every rank on `ids` after `start` positions.
+    pub fn extend(&self, ids: &[u32], start: usize) -> Result<()> {
+        for worker in &self.workers {
+            let sent = worker.commands.as_ref().map(|c| {
+                c.send(Extend {
+                    ids: ids.to_vec(),
+                    start,
+                })
+            });
+            if !matches!(sent, Some(Ok(()))) {
+                bail!("rank {} has stopped", worker.rank);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every rank's current call; the first failure, if any.
+    pub fn finish(&self) -> Result<()> {
+        self.replies()
+    }
+
+    fn replies(&self) -> Result<()> {
+        let mut first_error = None;
+        for worker in &self.workers {
+            let reply = worker
+                .replies
+                .recv()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("rank {} has stopped", worker.rank)));
+            if let Err(e) = reply {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            // Closing the channel ends the rank's loop.
+            worker.commands.take();
+            if let Some(thread) = worker.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+/// A rank's thread: load, then run each forward call rank 0 sends, replying to every one.
+fn serve(
+    rank: usize,
+    load: impl FnOnce() -> Result<Gemma4>,
+    inbox: &mpsc::Receiver<Extend>,
+    outbox: &mpsc::Sender<Result<()>>,
+) {
+    let model = match load() {
+        Ok(model) => {
+            let _ = outbox.send(Ok(()));
+            model
+        }
+        Err(e) => {
+            let _ = outbox.send(Err(e));
+            return;
+        }
+    };
+    let mut cache = KvCache::new(model.config());
+    for Extend { ids, start } in inbox.iter() {
+        if start == 0 {
+            cache = KvCache::new(model.config());
+        }
+        let ran = if cache.len() == start {
+            model.extend(&ids, &mut cache).map(drop)
+        } else {
+            Err(anyhow::anyhow!(
+                "holds {} positions, asked to continue from {start}",
+                cache.len()
+            ))
+        };
+        if ran.is_err() {
+            model.abort_all_reduce();
+        }
+        let _ = outbox.send(ran.with_context(|| format!("rank {rank}")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check, AllReduce, Shard};
+    use crate::kernels::native::collective::HostAllReduce;
+    use crate::model::weights::Take;
+    use crate::model::Config;
+    use candle_core::{Device, Tensor};
+
+    fn config(heads: usize, kv_heads: &[usize], width: usize) -> Config {
+        let layers: Vec<serde_json::Value> = kv_heads
+            .iter()
+            .map(|_| serde_json::json!("sliding_attention"))
+            .collect();
+        let mut config = Config::from_json(&serde_json::json!({
+            "vocab_size": 64, "hidden_size": 32, "intermediate_size": width,
+            "num_attention_heads": heads, "num_key_value_heads": kv_heads[0], "head_dim": 8,
+            "num_hidden_layers": kv_heads.len(), "layer_types": layers,
+            "sliding_window": 4, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+        }))
+        .unwrap();
+        for (spec, &kv) in config.layers.iter_mut().zip(kv_heads) {
+            spec.kv_heads = kv;
+        }
+        config
+    }
+
+    /// KV heads are split where a rank's queries cover whole groups, and each rank keeps the
+    /// one KV head its queries read where a group spans ranks.
+    #[test]
+    fn kv_heads_follow_the_query_heads_they_serve() {
+        let rank = |rank, ranks| Shard { rank, ranks };
+        // 8 query heads, 4 KV heads (groups of 2), 2 ranks: 2 KV heads each.
+        assert_eq!(rank(1, 2).q_heads(8), 4..8);
+        assert_eq!(rank(1, 2).kv_heads(8, 4), 2..4);
+        // 16 query heads, 2 KV heads (groups of 8), 4 ranks: rank 1 reads KV head 0, rank 2 head 1.
+        assert_eq!(rank(1, 4).kv_heads(16, 2), 0..1);
+        assert_eq!(rank(2, 4).kv_heads(16, 2), 1..2);
+        let local = rank(2, 4).local_config(&config(16, &[2, 8], 64));
+        assert_eq!(local.num_attention_heads, 4);
+        assert_eq!(
+            local.layers.iter().map(|l| l.kv_heads).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert_eq!(local.layers[0].mlp_width, 16);
+    }
+
+    #[test]
+    fn a_model_that_does_not_split_is_refused_with_the_reason() {
+        let refused = |c: &Config, ranks| check(c, ranks).unwrap_err().to_string();
+        assert!(refused(&config(4, &[1], 64), 3).contains("4 attention heads"));
+        // 6 query heads in groups of 3 over 2 KV heads, 3 ranks of 2: a group spans ranks
+        // unevenly.
+        assert!(refused(&config(6, &[2], 60), 3).contains("GQA groups of 3"));
+        assert!(refused(&config(4, &[2], 66), 4).contains("MLP width 66"));
+        check(&config(32, &[16, 4], 64), 4).unwrap();
+    }
+
+    /// The split arithmetic of one layer: q/k/v and gate/up by output rows (each rank's outputs
+    /// are the unsplit output's columns), o and down by input columns (the ranks' products,
+    /// summed by the all-reduce, are the unsplit product), on 2 and 4 ranks.
+    #[test]
+    fn split_projections_sum_to_the_unsplit_layer() {
+        let dev = Device::Cpu;
+        let (m, k, n) = (3, 16, 8);
+        let x = Tensor::randn(0f32, 1.0, (m, k), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (n, k), &dev).unwrap();
+        let whole = x.matmul(&w.t().unwrap()).unwrap();
+        for ranks in [2, 4] {
+            let handles = HostAllReduce::group(ranks);
+            let (row_parts, col_sums): (Vec<Tensor>, Vec<Tensor>) = std::thread::scope(|s| {
+                let threads: Vec<_> = handles
+                    .iter()
+                    .enumerate()
+                    .map(|(rank, handle)| {
+                        let (x, w) = (&x, &w);
+                        s.spawn(move || {
+                            let shard = Shard { rank, ranks };
+                            let rows = Take::rows(shard.width(n), n).apply(w).unwrap();
+                            let cols = Take::cols(shard.width(k), k).apply(w).unwrap();
+                            let x_cols = Take::cols(shard.width(k), k).apply(x).unwrap();
+                            let partial = x_cols.matmul(&cols.t().unwrap()).unwrap();
+                            (
+                                x.matmul(&rows.t().unwrap()).unwrap(),
+                                handle.sum(&partial).unwrap(),
+                            )
+                        })
+                    })
+                    .collect();
+                threads.into_iter().map(|t| t.join().unwrap()).unzip()
+            });
+            let joined = Tensor::cat(&row_parts, 1).unwrap();
+            let max_error = |a: &Tensor| {
+                (a - &whole)
+                    .unwrap()
+                    .abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+            };
+            assert!(max_error(&joined) < 1e-5, "{ranks} ranks, column-parallel");
+            for sum in &col_sums {
+                assert!(max_error(sum) < 1e-5, "{ranks} ranks, row-parallel");
+                // Every rank gets the same bits: their next layers must agree exactly.
+                let same = (sum - &col_sums[0]).unwrap().abs().unwrap();
+                assert_eq!(same.max_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+            }
+        }
+    }
+
+    /// A rank that fails releases the others from the sum they wait in, with an error, instead
+    /// of leaving them waiting forever.
+    #[test]
+    fn an_aborted_group_releases_its_waiting_ranks() {
+        let handles = HostAllReduce::group(2);
+        let x = Tensor::ones(4, candle_core::DType::F32, &Device::Cpu).unwrap();
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| handles[0].sum(&x));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            handles[1].abort();
+            let released = waiting.join().unwrap();
+            assert!(released.unwrap_err().to_string().contains("rank failed"));
+        });
+        assert!(handles[1].sum(&x).is_err());
+    }
+}
