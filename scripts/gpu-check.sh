@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -14,6 +14,8 @@
 #   fp8: E4B bf16 beside the same weights as an FP8 checkpoint (scripts/fp8_checkpoint.py);
 #   long-golden: E4B's widths in 12 layers, prompts past one prefill piece against transformers
 #   f64, the per-layer table on the host and on the device (fails beyond 10x transformers f32);
+#   tp (a machine with 2 GPUs): the tiny goldens over 2 ranks, then 31B and 26B-A4B bf16 on 1 GPU
+#   beside 2 (tensor parallelism over NCCL; libnccl.so.2 from the system or the nvidia-nccl wheel);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -177,6 +179,29 @@ if [[ " $STEPS " == *" moe-fp8 "* ]]; then
   [ -f "$MOE_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source
   $G4 bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json | tee "$OUT/bench-moe-fp8.json"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in d['results']]; print('memory', d['memory_mib'], 'weights', d['weights_mib'])" "$OUT/bench-moe-fp8.json"
+fi
+if [[ " $STEPS " == *" tp "* ]]; then
+  # NCCL: the system's, or the wheel torch depends on (nvidia-nccl-cu1x).
+  NCCL_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null) \
+    && export LD_LIBRARY_PATH="$NCCL_LIB:$LD_LIBRARY_PATH"
+  echo "== verify-golden --device cuda:0,cuda:1 (f32, token-exact, 2 ranks)"
+  $G4 verify-golden --device cuda:0,cuda:1 | tee "$OUT/goldens-tp2.txt"
+  for preset in 31b 26b-a4b; do
+    CKPT=/tmp/g4-$preset
+    rm -rf /tmp/g4-e4b /tmp/g4-31b /tmp/g4-26b-a4b  # the disk holds one full-size checkpoint at a time
+    python3 scripts/e4b_reference.py build "$CKPT" --preset "$preset" 2>&1 | grep -v -i warn
+    echo "== g4 bench $preset bf16: 1 GPU (graph and eager decode) beside 2 GPUs (eager)"
+    $G4 bench --model "$CKPT" --device cuda:0 --dtype bf16 --tests pp512,tg64 --decode graph,eager -r 3 --json > "$OUT/bench-tp-$preset-1gpu.json"
+    $G4 bench --model "$CKPT" --device cuda:0,cuda:1 --dtype bf16 --tests pp512,tg64 --decode eager -r 3 --json > "$OUT/bench-tp-$preset-2gpu.json"
+    python3 - "$OUT/bench-tp-$preset-1gpu.json" "$OUT/bench-tp-$preset-2gpu.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p)) for p in sys.argv[1:])
+rate = lambda d, decode, test: next(r['measurement']['tokens_per_s_mean'] for r in d['results'] if r['measurement']['test'] == test and r['decode'] in (decode, None))
+for test in ('pp512', 'tg64'):
+    best = max(rate(one, 'graph', test), rate(one, 'eager', test))
+    print(f"{test}: 1 GPU {best:.1f} (graph {rate(one, 'graph', test):.1f}, eager {rate(one, 'eager', test):.1f}), 2 GPUs {rate(two, 'eager', test):.1f}: {rate(two, 'eager', test) / best:.2f}x")
+PY
+  done
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
 exit $FAILED

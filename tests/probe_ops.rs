@@ -407,3 +407,37 @@ fn g4_composed_selects_the_composed_arm_and_refuses_unknown_ops() {
         assert!(stderr.contains("unknown op 'no_such_op'"), "{stderr}");
     }
 }
+
+/// Several devices: each distinct one is probed, and the group's all-reduce is checked against
+/// an f64 sum with every rank receiving the same bits (CPU ranks sum in host memory).
+#[test]
+fn probe_over_several_devices_checks_their_all_reduce() {
+    let out = Command::new(env!("CARGO_BIN_EXE_g4"))
+        .args([
+            "probe-ops",
+            "--device",
+            "cpu,cpu",
+            "--op",
+            "softcap",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["devices"].as_array().unwrap().len(),
+        1,
+        "the CPU once"
+    );
+    let group = &report["all_reduce"];
+    assert_eq!(group["transport"], "host memory");
+    assert_eq!(group["ranks"], 2);
+    assert_eq!(group["ok"], true);
+    assert_eq!(group["identical_on_every_rank"], true);
+    assert!(group["max_relative_error"].as_f64().unwrap() < 1e-2);
+}

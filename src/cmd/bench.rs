@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use g4::bench::{measure, positions_needed, Test};
-use g4::device::{device_name, dtype_name};
+use g4::device::{device_name, device_names, dtype_name};
 use g4::model::ple::PlePlacement;
 use g4::model::session::DecodeChoice;
 use g4::model::Gemma4;
@@ -93,7 +93,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if args.json {
         let value = json!({
             "model": source.name(),
-            "device": device_name(&device),
+            "device": device_names(&devices),
             "dtype": dtype_name(dtype),
             "ple": model.ple_placement().map(|p| p.name()),
             "load_s": load_s,
@@ -121,7 +121,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             println!(
                 "| {} | {} | {} | {decode} | {} | {:.2} ± {:.2} |",
                 source.name(),
-                device_name(&device),
+                device_names(&devices),
                 dtype_name(dtype),
                 row.test,
                 row.tokens_per_s_mean,
@@ -131,9 +131,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let show = |b: Option<u64>| mib(b).map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
         println!();
         print!(
-            "weights: {:.0} MiB on {}",
+            "weights: {:.0} MiB on {}{}",
             model.device_weight_bytes() as f64 / 1048576.0,
-            device_name(&device)
+            device_name(&device),
+            if model.is_parallel() {
+                " (rank 0's part)"
+            } else {
+                ""
+            }
         );
         match model.ple_placement() {
             Some(PlePlacement::Host) => println!(

@@ -2,7 +2,7 @@
 //! whether what runs is numerically right.
 
 use anyhow::{bail, Result};
-use g4::device::{compute_capability, device_name, open_device, parse_dtype};
+use g4::device::{compute_capability, device_name, device_names, open_devices, parse_dtype};
 use g4::kernels::probe::{probe, OpReport, ProbeOptions};
 use g4::kernels::Op;
 use serde_json::json;
@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Device to probe: cpu, cuda, cuda:N, metal.
+    /// Device to probe: cpu, cuda, cuda:N, metal; or several, comma-separated: each is probed,
+    /// and their all-reduce (the sum tensor parallelism needs) is checked.
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Check only this dtype (f32, bf16, f16); default: each the op supports.
@@ -31,7 +32,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let device = open_device(&args.device)?;
+    let devices = open_devices(&args.device)?;
     let dtypes = match &args.dtype {
         Some(spec) => vec![parse_dtype(spec)?],
         None => vec![
@@ -60,13 +61,84 @@ pub fn run(args: Args) -> Result<ExitCode> {
         seed,
         perf: args.perf,
     };
-    let reports = ops
-        .iter()
-        .map(|&op| probe(op, &device, &options))
-        .collect::<Result<Vec<_>>>()?;
-    let all_ok = reports.iter().all(OpReport::ok);
+    // Every distinct device of a list (its ranks may differ); the CPU once.
+    let mut probed: Vec<&candle_core::Device> = Vec::new();
+    for device in &devices {
+        if !probed.iter().any(|d| d.location() == device.location()) {
+            probed.push(device);
+        }
+    }
+    let mut failed = Vec::new();
+    let mut values = Vec::new();
+    for (i, device) in probed.iter().enumerate() {
+        if i > 0 && !args.json {
+            println!();
+        }
+        let reports = ops
+            .iter()
+            .map(|&op| probe(op, device, &options))
+            .collect::<Result<Vec<_>>>()?;
+        values.push(report_device(device, &reports, seed, &args)?);
+        failed.extend(
+            failures(&reports)
+                .into_iter()
+                .map(|f| format!("{}: {f}", device_name(device))),
+        );
+    }
+    let group = match devices.len() {
+        1 => None,
+        _ => Some(g4::kernels::native::collective::check(&devices, seed)?),
+    };
+    if let Some(group) = group.as_ref().filter(|g| !g.ok) {
+        failed.push(format!(
+            "all-reduce over {}: {}",
+            device_names(&devices),
+            group.failure.clone().unwrap_or_default()
+        ));
+    }
+    if args.json {
+        let value = match (values.len(), &group) {
+            (1, None) => values.remove(0),
+            _ => json!({
+                "devices": values, "seed": seed, "ok": failed.is_empty(), "all_reduce": group,
+            }),
+        };
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else if let Some(group) = &group {
+        println!();
+        println!(
+            "all-reduce over {} ({}, {} ranks, f32/bf16/f16 against an f64 sum): {}, max error {:.1e} of the largest sum, {}",
+            device_names(&devices),
+            group.transport,
+            group.ranks,
+            if group.ok { "ok" } else { "FAIL" },
+            group.max_relative_error,
+            if group.identical_on_every_rank {
+                "the same bits on every rank"
+            } else {
+                "DIFFERENT bits on the ranks"
+            }
+        );
+    }
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!(
+            "{} check(s) failed with input seed {seed} (rerun with --seed {seed}): {}",
+            failed.len(),
+            failed.join("; ")
+        )
+    }
+}
 
-    let backend = match &device {
+/// One device's report: printed as a table, or returned as JSON (printed by the caller).
+fn report_device(
+    device: &candle_core::Device,
+    reports: &[OpReport],
+    seed: u64,
+    args: &Args,
+) -> Result<serde_json::Value> {
+    let backend = match device {
         candle_core::Device::Cpu => "cpu",
         candle_core::Device::Cuda(_) => "cuda",
         candle_core::Device::Metal(_) => "metal",
@@ -79,38 +151,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
     .into_iter()
     .filter_map(|(name, on)| on.then_some(name))
     .collect();
-    let capability = compute_capability(&device).map(|(a, b)| format!("{a}.{b}"));
-    if args.json {
-        let value = json!({
-            "device": {
-                "name": device_name(&device), "backend": backend,
-                "compute_capability": capability, "build_features": features,
-            },
-            "seed": seed,
-            "ok": all_ok,
-            "ops": reports,
-        });
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else {
+    let capability = compute_capability(device).map(|(a, b)| format!("{a}.{b}"));
+    if !args.json {
         print_table(
-            &reports,
-            &device_name(&device),
+            reports,
+            &device_name(device),
             capability.as_deref(),
             &features,
             seed,
             args.perf,
         );
     }
-    if all_ok {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        let failures = failures(&reports);
-        bail!(
-            "{} check(s) failed with input seed {seed} (rerun with --seed {seed}): {}",
-            failures.len(),
-            failures.join("; ")
-        )
-    }
+    Ok(json!({
+        "device": {
+            "name": device_name(device), "backend": backend,
+            "compute_capability": capability, "build_features": features,
+        },
+        "seed": seed,
+        "ok": reports.iter().all(OpReport::ok),
+        "ops": reports,
+    }))
 }
 
 /// Every failed arm check as `op / backend dtype: why`, and every op with no arm that runs here.

@@ -116,3 +116,90 @@ pub fn group(devices: &[Device]) -> anyhow::Result<Vec<Arc<dyn AllReduce>>> {
     #[cfg(not(feature = "cuda"))]
     unreachable!("no CUDA device opens without --features cuda");
 }
+
+/// What [`check`] found: the group's all-reduce against an f64 sum of the same inputs.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GroupCheck {
+    pub transport: &'static str,
+    pub ranks: usize,
+    pub ok: bool,
+    /// Largest |result − f64 sum| relative to the largest |f64 sum|, over every rank and dtype.
+    pub max_relative_error: f64,
+    /// Whether every rank received the same bits (their next layers must agree exactly).
+    pub identical_on_every_rank: bool,
+    pub failure: Option<String>,
+}
+
+/// Sums random inputs over the group of `devices`, one thread per rank, in f32, bf16 and f16,
+/// and checks every rank's result against the f64 sum.
+pub fn check(devices: &[Device], seed: u64) -> anyhow::Result<GroupCheck> {
+    use candle_core::DType;
+    use rand::{Rng, SeedableRng};
+    let transport = if devices.iter().all(Device::is_cuda) {
+        "nccl"
+    } else {
+        "host memory"
+    };
+    let handles = group(devices)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let len = 4099;
+    let mut worst = 0f64;
+    let mut identical = true;
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let inputs = devices
+            .iter()
+            .map(|device| {
+                let values: Vec<f32> = (0..len).map(|_| rng.random_range(-4.0..4.0)).collect();
+                Ok(Tensor::from_vec(values, len, &Device::Cpu)?
+                    .to_dtype(dtype)?
+                    .to_device(device)?)
+            })
+            .collect::<anyhow::Result<Vec<Tensor>>>()?;
+        let as_f64 = |t: &Tensor| -> candle_core::Result<Vec<f64>> {
+            t.to_dtype(DType::F32)?.to_dtype(DType::F64)?.to_vec1()
+        };
+        let mut expected = vec![0f64; len];
+        for input in &inputs {
+            for (e, v) in expected.iter_mut().zip(as_f64(input)?) {
+                *e += v;
+            }
+        }
+        let sums = std::thread::scope(|s| {
+            let threads: Vec<_> = handles
+                .iter()
+                .zip(&inputs)
+                .map(|(handle, input)| s.spawn(move || handle.sum(input)))
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("an all-reduce thread panicked"))
+                .collect::<candle_core::Result<Vec<Tensor>>>()
+        })?;
+        let scale = expected.iter().fold(1f64, |m, e| m.max(e.abs()));
+        let first = as_f64(&sums[0])?;
+        for sum in &sums {
+            let got = as_f64(sum)?;
+            identical &= got == first;
+            for (g, e) in got.iter().zip(&expected) {
+                worst = worst.max((g - e).abs() / scale);
+            }
+        }
+    }
+    // One rounding of the sum to the narrowest dtype (f16, bf16's 8 bits) per addition.
+    let tolerance = 2f64.powi(-8) * devices.len() as f64;
+    let failure = if !identical {
+        Some("the ranks received different sums".to_string())
+    } else if worst > tolerance {
+        Some(format!("error {worst:.2e} > {tolerance:.1e}"))
+    } else {
+        None
+    };
+    Ok(GroupCheck {
+        transport,
+        ranks: devices.len(),
+        ok: failure.is_none(),
+        max_relative_error: worst,
+        identical_on_every_rank: identical,
+        failure,
+    })
+}

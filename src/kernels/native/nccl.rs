@@ -19,20 +19,25 @@ const NCCL_FLOAT32: c_int = 7;
 const NCCL_BFLOAT16: c_int = 9;
 const NCCL_SUM: c_int = 0;
 
+type CommInitAll = unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> Status;
+type AllReduceFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    Comm,
+    *mut c_void,
+) -> Status;
+type CommFn = unsafe extern "C" fn(Comm) -> Status;
+type ErrorString = unsafe extern "C" fn(Status) -> *const c_char;
+
 struct Library {
-    comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> Status,
-    all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        *mut c_void,
-    ) -> Status,
-    comm_destroy: unsafe extern "C" fn(Comm) -> Status,
-    comm_abort: unsafe extern "C" fn(Comm) -> Status,
-    error_string: unsafe extern "C" fn(Status) -> *const c_char,
+    comm_init_all: CommInitAll,
+    all_reduce: AllReduceFn,
+    comm_destroy: CommFn,
+    comm_abort: CommFn,
+    error_string: ErrorString,
 }
 
 fn library() -> anyhow::Result<&'static Library> {
@@ -65,11 +70,19 @@ fn open_library() -> Result<Library, String> {
         // SAFETY: each symbol has the C signature nccl.h gives it, which its field declares.
         return unsafe {
             Ok(Library {
-                comm_init_all: std::mem::transmute(symbol(c"ncclCommInitAll")?),
-                all_reduce: std::mem::transmute(symbol(c"ncclAllReduce")?),
-                comm_destroy: std::mem::transmute(symbol(c"ncclCommDestroy")?),
-                comm_abort: std::mem::transmute(symbol(c"ncclCommAbort")?),
-                error_string: std::mem::transmute(symbol(c"ncclGetErrorString")?),
+                comm_init_all: std::mem::transmute::<*mut c_void, CommInitAll>(symbol(
+                    c"ncclCommInitAll",
+                )?),
+                all_reduce: std::mem::transmute::<*mut c_void, AllReduceFn>(symbol(
+                    c"ncclAllReduce",
+                )?),
+                comm_destroy: std::mem::transmute::<*mut c_void, CommFn>(symbol(
+                    c"ncclCommDestroy",
+                )?),
+                comm_abort: std::mem::transmute::<*mut c_void, CommFn>(symbol(c"ncclCommAbort")?),
+                error_string: std::mem::transmute::<*mut c_void, ErrorString>(symbol(
+                    c"ncclGetErrorString",
+                )?),
             })
         };
     }
