@@ -176,7 +176,7 @@ pub fn memory_measure(device: &Device) -> &'static str {
 /// Memory in use: device-wide GPU memory on CUDA, the process's peak resident set elsewhere.
 pub fn memory_in_use(device: &Device) -> Option<u64> {
     match device {
-        Device::Cuda(_) => cuda_memory_in_use(),
+        Device::Cuda(_) => cuda_memory_in_use(device),
         _ => {
             let status = std::fs::read_to_string("/proc/self/status").ok()?;
             let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -185,14 +185,20 @@ pub fn memory_in_use(device: &Device) -> Option<u64> {
     }
 }
 
+/// The driver answers for the thread's current context: `device`'s is made current first (the
+/// ranks of a split model each have their own GPU).
 #[cfg(feature = "cuda")]
-fn cuda_memory_in_use() -> Option<u64> {
+fn cuda_memory_in_use(device: &Device) -> Option<u64> {
+    let Device::Cuda(cuda) = device else {
+        return None;
+    };
+    cuda.cuda_stream().context().bind_to_thread().ok()?;
     let (free, total) = candle_core::cuda::cudarc::driver::result::mem_get_info().ok()?;
     Some((total - free) as u64)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_memory_in_use() -> Option<u64> {
+fn cuda_memory_in_use(_: &Device) -> Option<u64> {
     None
 }
 

@@ -104,6 +104,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "memory_mib": {
                 "before_load": mib(memory_before), "after_load": mib(memory_weights), "after_tests": mib(memory_peak),
                 "measure": g4::device::memory_measure(&device),
+                "after_tests_per_device": devices.iter().map(|d| json!({
+                    "device": device_name(d), "mib": mib(g4::device::memory_in_use(d)),
+                })).collect::<Vec<_>>(),
             },
             "results": rows.iter().map(|(decode, row)| json!({
                 "decode": (!row.test.starts_with("pp")).then_some(decode), "measurement": row,
@@ -155,6 +158,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             show(memory_weights),
             show(memory_peak)
         );
+        if model.is_parallel() {
+            let each: Vec<String> = devices
+                .iter()
+                .map(|d| format!("{} {}", device_name(d), show(g4::device::memory_in_use(d))))
+                .collect();
+            println!("after tests, per device: {}", each.join(", "));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
