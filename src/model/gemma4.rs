@@ -308,9 +308,8 @@ impl Gemma4 {
             },
         ))?;
         let shard = Shard { rank: 0, ranks };
-        let own = open(&devices[0]).and_then(|checkpoint| {
-            Gemma4::rank(config, &checkpoint, ple, shard, Some(own_handle.clone()))
-        });
+        let own = open(&devices[0])
+            .and_then(|checkpoint| Gemma4::rank(config, &checkpoint, ple, shard, Some(own_handle)));
         let mut model = match (own, peers.loaded()) {
             (Ok(model), Ok(())) => model,
             (Err(e), _) | (Ok(_), Err(e)) => return Err(e),

@@ -110,6 +110,16 @@ impl Part {
     }
 }
 
+/// What a tensor-parallel rank keeps of a stored tensor: all of it, some of its rows (the
+/// second-to-last dimension; several ranges join in order), or a range of its columns (the
+/// last dimension). Cut in host memory, before the move: a rank's device holds only its part.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Take {
+    All,
+    Rows(Vec<Range<usize>>),
+    Cols(Range<usize>),
+}
+
 impl Take {
     /// Rows `range` of `rows`: all of them when the range covers them (one device).
     pub fn rows(range: Range<usize>, rows: usize) -> Take {
@@ -133,19 +143,8 @@ impl Take {
             Take::Cols(range)
         }
     }
-}
 
-/// What a tensor-parallel rank keeps of a stored tensor: all of it, some of its rows (the
-/// second-to-last dimension; several ranges join in order), or a range of its columns (the
-/// last dimension). Cut in host memory, before the move: a rank's device holds only its part.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Take {
-    All,
-    Rows(Vec<Range<usize>>),
-    Cols(Range<usize>),
-}
-
-impl Take {
+    /// `t` cut to what is kept.
     pub(super) fn apply(&self, t: &Tensor) -> candle_core::Result<Tensor> {
         let (dim, ranges) = match self {
             Take::All => return Ok(t.clone()),
