@@ -193,6 +193,9 @@ if [[ " $STEPS " == *" tp "* ]]; then
     echo "== g4 bench $preset bf16: 1 GPU (graph and eager decode) beside 2 GPUs (eager)"
     $G4 bench --model "$CKPT" --device cuda:0 --dtype bf16 --tests pp512,tg64 --decode graph,eager -r 3 --json > "$OUT/bench-tp-$preset-1gpu.json"
     $G4 bench --model "$CKPT" --device cuda:0,cuda:1 --dtype bf16 --tests pp512,tg64 --decode eager -r 3 --json > "$OUT/bench-tp-$preset-2gpu.json"
+    echo "== g4 bench $preset bf16 on 2 GPUs, graph decode steps (NCCL inside the captured step; first run on GPUs)"
+    timeout 300 $G4 bench --model "$CKPT" --device cuda:0,cuda:1 --dtype bf16 --tests tg64 --decode graph -r 3 --json > "$OUT/bench-tp-$preset-2gpu-graph.json" \
+      && python3 -c "import json,sys; [print('2 GPUs graph', r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1)) for r in json.load(open(sys.argv[1]))['results']]" "$OUT/bench-tp-$preset-2gpu-graph.json"
     python3 - "$OUT/bench-tp-$preset-1gpu.json" "$OUT/bench-tp-$preset-2gpu.json" <<'PY'
 import json, sys
 one, two = (json.load(open(p)) for p in sys.argv[1:])

@@ -18,6 +18,23 @@ fn embedded_model() -> Gemma4 {
     Gemma4::from_checkpoint(source.config().unwrap(), &checkpoint, PlePlacement::Device).unwrap()
 }
 
+/// The embedded model split over two CPU ranks (tensor parallelism): both of its sessions below
+/// run on both ranks at once, interleaved.
+fn embedded_model_split() -> Gemma4 {
+    let source = ModelSource::Embedded;
+    let devices = [Device::Cpu, Device::Cpu];
+    let config = source.config().unwrap();
+    Gemma4::load_on(
+        &source,
+        config,
+        &devices,
+        DType::F32,
+        PlePlacement::Device,
+        None,
+    )
+    .unwrap()
+}
+
 fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
     (a - b)
         .unwrap()
@@ -31,14 +48,19 @@ fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
 
 #[test]
 fn graph_steps_match_eager_steps_across_cache_growth() {
-    let model = embedded_model();
+    for model in [embedded_model(), embedded_model_split()] {
+        graph_steps_match_eager_steps(&model);
+    }
+}
+
+fn graph_steps_match_eager_steps(model: &Gemma4) {
     let context = model.config().max_position_embeddings;
     for prompt_len in [5usize, 300] {
         let prompt: Vec<u32> = (0..prompt_len)
             .map(|i| 3 + (i * 7919 % 500) as u32)
             .collect();
-        let mut eager = Session::new(&model, DecodePath::Eager);
-        let mut graph = Session::new(&model, DecodePath::Graph);
+        let mut eager = Session::new(model, DecodePath::Eager);
+        let mut graph = Session::new(model, DecodePath::Graph);
         let mut next = g4::model::sampling::greedy(eager.prefill(&prompt).unwrap()).unwrap();
         graph.prefill(&prompt).unwrap();
         for position in prompt_len..context {

@@ -72,7 +72,8 @@ fn every_golden_is_token_exact_in_f32() {
 
 /// Every golden token-exact in f32 with the model split by tensor parallelism over 2 and 4
 /// ranks on the CPU (the same split and all-reduces as over GPUs, summed in host memory), with
-/// chunked prefill and the per-layer table in host memory too; a golden whose heads do not split
+/// chunked prefill, graph decode steps (run uncaptured here) and the per-layer table in host
+/// memory too; a golden whose heads do not split
 /// over 4 is skipped at 4 only, and at least four goldens must run at each size.
 #[test]
 fn every_golden_is_token_exact_split_over_cpu_ranks() {
@@ -92,12 +93,15 @@ fn every_golden_is_token_exact_split_over_cpu_ranks() {
                         .unwrap_or_else(|e| panic!("{} on {ranks} ranks: {e:#}", path.display()));
                 assert!(model.is_parallel());
                 for case in &golden.cases {
-                    for chunk in [None, Some(5)] {
-                        let result =
-                            golden::run_case(&model, case, chunk, DecodePath::Eager).unwrap();
+                    for (chunk, decode) in [
+                        (None, DecodePath::Eager),
+                        (Some(5), DecodePath::Eager),
+                        (None, DecodePath::Graph),
+                    ] {
+                        let result = golden::run_case(&model, case, chunk, decode).unwrap();
                         assert!(
                             result.token_exact(),
-                            "{} / {} on {ranks} ranks (chunk {chunk:?}, PLE {ple:?}): {}/{} then {:?}",
+                            "{} / {} on {ranks} ranks (chunk {chunk:?}, {decode:?} decode, PLE {ple:?}): {}/{} then {:?}",
                             path.display(),
                             case.name,
                             result.matched,

@@ -414,24 +414,9 @@ impl Gemma4 {
     /// position's hidden state `[1, 1, H]` without the head: a prefill piece before the last
     /// needs no logits.
     pub fn extend(&self, ids: &[u32], cache: &mut KvCache) -> Result<Tensor> {
-        if ids.is_empty() {
-            bail!("forward needs at least one token");
-        }
-        if let Some(&bad) = ids.iter().find(|&&id| !self.in_vocab(id)) {
-            bail!(
-                "token id {bad} is outside the model's vocabulary of {}",
-                self.config.vocab_size
-            );
-        }
         let start = cache.len();
         let seq = ids.len();
-        if start + seq > self.config.max_position_embeddings {
-            bail!(
-                "{} tokens exceed the model's context of {} positions",
-                start + seq,
-                self.config.max_position_embeddings
-            );
-        }
+        self.check_ids(ids, start)?;
         let ids_t = Tensor::new(ids, &self.device)?;
         let ple_ids: Vec<u32> = ids.iter().map(|&id| self.ple_id(id)).collect();
         // A device table gathers by ids on the device: the remapped ids go up only when they
@@ -456,28 +441,41 @@ impl Gemma4 {
             cache,
             masks: [None, None],
         };
-        let hidden = match &self.peers {
-            None => self.decoder_stack(&ids_t, ple_rows, positions)?,
-            Some(peers) => {
-                peers.extend(ids, start)?;
-                let own = self.decoder_stack(&ids_t, ple_rows, positions);
-                if own.is_err() {
-                    self.abort_all_reduce();
-                }
-                // A rank's own failure explains the others' (released by its abort).
-                let peers_ran = peers.finish();
-                let own = own.context("rank 0")?;
-                peers_ran?;
-                own
-            }
-        };
+        let hidden = self.decoder_stack(&ids_t, ple_rows, positions)?;
         cache.advance(seq);
         Ok(hidden.narrow(1, seq - 1, 1)?)
+    }
+
+    /// Whether `ids` can follow `start` positions: some tokens, each in the vocabulary, and room
+    /// for them in the context.
+    pub fn check_ids(&self, ids: &[u32], start: usize) -> Result<()> {
+        if ids.is_empty() {
+            bail!("forward needs at least one token");
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| !self.in_vocab(id)) {
+            bail!(
+                "token id {bad} is outside the model's vocabulary of {}",
+                self.config.vocab_size
+            );
+        }
+        if start + ids.len() > self.config.max_position_embeddings {
+            bail!(
+                "{} tokens exceed the model's context of {} positions",
+                start + ids.len(),
+                self.config.max_position_embeddings
+            );
+        }
+        Ok(())
     }
 
     /// Whether the model is split over several devices.
     pub fn is_parallel(&self) -> bool {
         self.peers.is_some()
+    }
+
+    /// On rank 0 of a split model: the other ranks.
+    pub(super) fn peers(&self) -> Option<&Peers> {
+        self.peers.as_ref()
     }
 
     /// Releases the other ranks from the all-reduce this rank will not reach.
@@ -496,9 +494,11 @@ impl Gemma4 {
     /// logits `[vocab]`. Writes K/V into `cache`'s reserved buffers but leaves its host
     /// bookkeeping to the caller (`KvCache::record_device_token`), as a captured step runs later.
     pub fn forward_device(&self, step: &DeviceStep, cache: &KvCache) -> Result<Tensor> {
-        if self.is_parallel() {
-            bail!("device-resident (graph) decode steps run on one device; with several, --decode eager");
-        }
+        self.head(&self.step_hidden(step, cache)?)
+    }
+
+    /// [`Gemma4::forward_device`] without the head: the hidden state `[1, 1, H]`.
+    pub(super) fn step_hidden(&self, step: &DeviceStep, cache: &KvCache) -> Result<Tensor> {
         let kinds = [
             step.kind_inputs(LayerKind::Sliding)?,
             step.kind_inputs(LayerKind::Full)?,
@@ -508,7 +508,7 @@ impl Gemma4 {
             Some(row) => TokenRows::Gathered(row),
             None => TokenRows::Ids(&ple_token),
         };
-        let hidden = self.decoder_stack(
+        self.decoder_stack(
             &step.token()?,
             ple_rows,
             Positions::Device {
@@ -516,8 +516,7 @@ impl Gemma4 {
                 cache,
                 slot_indices: Vec::new(),
             },
-        )?;
-        self.head(&hidden)
+        )
     }
 
     pub fn in_vocab(&self, id: u32) -> bool {
@@ -615,7 +614,7 @@ impl Gemma4 {
     }
 
     /// Final norm, tied head and softcap over `[1, 1, H]`: f32 logits `[vocab]`.
-    fn head(&self, last: &Tensor) -> Result<Tensor> {
+    pub(super) fn head(&self, last: &Tensor) -> Result<Tensor> {
         let normed = rms_norm(last, Some(&self.final_norm), self.config.rms_norm_eps)?;
         let logits = linear(&normed, &self.lm_head)?;
         let logits = match self.config.final_logit_softcapping {

@@ -7,6 +7,7 @@
 //! proves its arithmetic against the goldens.
 
 use super::device_step::{DeviceStep, KindBuffers};
+use super::tensor_parallel::Call;
 use super::{Gemma4, KvCache};
 use crate::kernels::native::{self, CapturedGraph};
 use anyhow::{bail, Context, Result};
@@ -37,14 +38,12 @@ impl DecodeChoice {
         }
     }
 
-    /// `auto` picks graph steps where they are captured (CUDA) and the model allows them: on
-    /// one device (a split model's ranks meet in all-reduces the captured step does not hold).
+    /// `auto` picks graph steps where they are captured (CUDA), on one device: a split model's
+    /// captured steps would hold NCCL's all-reduces, which no GPU run has checked yet, so there
+    /// graph steps are for asking (`--decode graph`).
     pub fn resolve(self, model: &Gemma4) -> Result<DecodePath> {
         match self {
             DecodeChoice::Eager => Ok(DecodePath::Eager),
-            DecodeChoice::Graph if model.is_parallel() => bail!(
-                "--decode graph runs on one device; a model split over several decodes eagerly (--decode eager or auto)"
-            ),
             DecodeChoice::Auto if model.is_parallel() => Ok(DecodePath::Eager),
             DecodeChoice::Graph => Ok(DecodePath::Graph),
             DecodeChoice::Auto if can_capture(model.device()) => Ok(DecodePath::Graph),
@@ -92,16 +91,31 @@ pub struct Session<'m> {
     path: DecodePath,
     logits: Option<Tensor>,
     graph: Option<GraphStep>,
+    /// False on the ranks after the first of a split model: rank 0 alone needs logits.
+    wants_logits: bool,
+    /// On rank 0 of a split model: this session's name on the other ranks, which mirror it.
+    mirrored_as: Option<u64>,
 }
 
 impl<'m> Session<'m> {
     pub fn new(model: &'m Gemma4, path: DecodePath) -> Session<'m> {
+        Session::opened(model, path, true)
+    }
+
+    /// A rank's mirror of rank 0's session: the same steps, without the head.
+    pub(super) fn without_logits(model: &'m Gemma4, path: DecodePath) -> Session<'m> {
+        Session::opened(model, path, false)
+    }
+
+    fn opened(model: &'m Gemma4, path: DecodePath, wants_logits: bool) -> Session<'m> {
         Session {
             model,
             cache: KvCache::new(model.config()),
             path,
             logits: None,
             graph: None,
+            wants_logits,
+            mirrored_as: model.peers().map(|peers| peers.open(path)),
         }
     }
 
@@ -120,37 +134,70 @@ impl<'m> Session<'m> {
         if ids.is_empty() {
             bail!("nothing to prefill: no token ids");
         }
+        let model = self.model;
+        // Checked before the other ranks start: a bad request must not stop the group.
+        model.check_ids(ids, self.cache.len())?;
+        match (model.peers(), self.mirrored_as) {
+            (Some(peers), Some(session)) => peers.lockstep(
+                || Call::Prefill {
+                    session,
+                    ids: ids.to_vec(),
+                },
+                || self.prefill_ids(ids),
+                || model.abort_all_reduce(),
+            )?,
+            _ => self.prefill_ids(ids)?,
+        }
+        self.logits
+            .as_ref()
+            .context("internal: no logits after a prefill")
+    }
+
+    /// [`Session::prefill`] on this rank alone.
+    pub(super) fn prefill_ids(&mut self, ids: &[u32]) -> Result<()> {
         // A captured step addresses the cache buffers an eager append may replace.
         self.graph = None;
         let pieces: Vec<&[u32]> = ids.chunks(PREFILL_PIECE).collect();
-        let (last, earlier) = pieces.split_last().expect("ids is not empty");
+        let Some((last, earlier)) = pieces.split_last() else {
+            bail!("nothing to prefill: no token ids");
+        };
         for piece in earlier {
             self.model.extend(piece, &mut self.cache)?;
         }
-        let logits = self.model.forward(last, &mut self.cache)?;
-        Ok(self.logits.insert(logits))
+        if self.wants_logits {
+            self.logits = Some(self.model.forward(last, &mut self.cache)?);
+        } else {
+            self.model.extend(last, &mut self.cache)?;
+        }
+        Ok(())
     }
 
     /// Runs one token; returns its f32 logits `[vocab]`, valid until the next call.
     pub fn decode(&mut self, token: u32) -> Result<&Tensor> {
+        let model = self.model;
+        model.check_ids(&[token], self.cache.len())?;
+        match (model.peers(), self.mirrored_as) {
+            (Some(peers), Some(session)) => peers.lockstep(
+                || Call::Decode { session, token },
+                || self.decode_id(token),
+                || model.abort_all_reduce(),
+            )?,
+            _ => self.decode_id(token)?,
+        }
+        self.logits
+            .as_ref()
+            .context("internal: no logits after a decode step")
+    }
+
+    /// [`Session::decode`] on this rank alone.
+    pub(super) fn decode_id(&mut self, token: u32) -> Result<()> {
         if self.path == DecodePath::Eager {
-            return self.prefill(&[token]);
+            return self.prefill_ids(&[token]);
         }
         let model = self.model;
-        if !model.in_vocab(token) {
-            bail!(
-                "token id {token} is outside the model's vocabulary of {}",
-                model.config().vocab_size
-            );
-        }
+        model.check_ids(&[token], self.cache.len())?;
         let position = self.cache.len();
         let context = model.config().max_position_embeddings;
-        if position >= context {
-            bail!(
-                "{} tokens exceed the model's context of {context} positions",
-                position + 1
-            );
-        }
         if self
             .graph
             .as_ref()
@@ -166,9 +213,12 @@ impl<'m> Session<'m> {
         let graph = self.graph.as_mut().expect("reserved above");
         graph.step.set(token, model.ple_id(token), position)?;
         model.stage_ple_row(token, &graph.step)?;
+        let wants_logits = self.wants_logits;
         let run = || -> Result<()> {
-            let logits = model.forward_device(&graph.step, &self.cache)?;
-            graph.logits.slice_set(&logits, 0, 0)?;
+            let hidden = model.step_hidden(&graph.step, &self.cache)?;
+            if wants_logits {
+                graph.logits.slice_set(&model.head(&hidden)?, 0, 0)?;
+            }
             Ok(())
         };
         match &graph.captured {
@@ -183,7 +233,10 @@ impl<'m> Session<'m> {
             None => run()?,
         }
         self.cache.record_device_token();
-        Ok(&graph.logits)
+        if wants_logits {
+            self.logits = Some(graph.logits.clone());
+        }
+        Ok(())
     }
 
     /// Reserves the cache and the step's buffers for positions below `capacity` (or more,
@@ -210,6 +263,14 @@ impl<'m> Session<'m> {
             logits: Tensor::zeros(model.config().vocab_size, DType::F32, device)?,
             captured: None,
         })
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        if let (Some(peers), Some(session)) = (self.model.peers(), self.mirrored_as) {
+            peers.close(session);
+        }
     }
 }
 

@@ -12,10 +12,13 @@
 //! embedding and head are replicated: a split head would need its logits gathered every token.
 
 use super::config::Config;
-use super::{Gemma4, KvCache};
+use super::session::{DecodePath, Session};
+use super::Gemma4;
 pub use crate::kernels::native::collective::{group as all_reduce_group, AllReduce};
 use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 /// One rank's part of a model split over `ranks` devices.
@@ -114,23 +117,27 @@ pub fn check(config: &Config, ranks: usize) -> Result<()> {
     Ok(())
 }
 
-/// The ranks after the first, each on a thread of its own with its own model and KV cache,
-/// running every forward call rank 0 runs, at the same time (they meet in the all-reduces).
+/// The ranks after the first, each on a thread of its own with its own model, mirroring every
+/// decoding session rank 0 opens: each call a session makes on rank 0 runs on every rank at the
+/// same time (they meet in the all-reduces), and only rank 0 computes logits.
 pub struct Peers {
     workers: Vec<Worker>,
+    next_session: AtomicU64,
 }
 
 struct Worker {
     rank: usize,
-    commands: Option<mpsc::Sender<Extend>>,
+    calls: Option<mpsc::Sender<Call>>,
     replies: mpsc::Receiver<Result<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Run `ids` after the first `start` positions (a new sequence when `start` is 0).
-struct Extend {
-    ids: Vec<u32>,
-    start: usize,
+/// What rank 0's sessions ask of the other ranks; sessions are named by rank 0.
+pub enum Call {
+    Open { session: u64, path: DecodePath },
+    Prefill { session: u64, ids: Vec<u32> },
+    Decode { session: u64, token: u32 },
+    Close { session: u64 },
 }
 
 impl Peers {
@@ -142,7 +149,7 @@ impl Peers {
         let mut workers = Vec::new();
         for (i, load) in loads.enumerate() {
             let rank = i + 1;
-            let (commands, inbox) = mpsc::channel::<Extend>();
+            let (calls, inbox) = mpsc::channel::<Call>();
             let (outbox, replies) = mpsc::channel();
             let thread = std::thread::Builder::new()
                 .name(format!("g4-rank-{rank}"))
@@ -150,12 +157,15 @@ impl Peers {
                 .with_context(|| format!("cannot start the thread of rank {rank}"))?;
             workers.push(Worker {
                 rank,
-                commands: Some(commands),
+                calls: Some(calls),
                 replies,
                 thread: Some(thread),
             });
         }
-        Ok(Peers { workers })
+        Ok(Peers {
+            workers,
+            next_session: AtomicU64::new(0),
+        })
     }
 
     /// Waits until every rank has loaded its part; the first failure, if any.
@@ -163,25 +173,45 @@ impl Peers {
         self.replies()
     }
 
-    /// Starts every rank on `ids` after `start` positions.
-    pub fn extend(&self, ids: &[u32], start: usize) -> Result<()> {
+    /// Opens a session on every rank; its name for later calls. A rank that has stopped says
+    /// so at the session's first call.
+    pub fn open(&self, path: DecodePath) -> u64 {
+        let session = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let _ = self.send(|| Call::Open { session, path });
+        session
+    }
+
+    pub fn close(&self, session: u64) {
+        let _ = self.send(|| Call::Close { session });
+    }
+
+    /// Runs `call` on every rank while `own` runs here; `abort` releases the other ranks when
+    /// `own` fails. A rank's own failure explains the others' (released by its abort), so
+    /// rank 0's comes first.
+    pub fn lockstep(
+        &self,
+        call: impl Fn() -> Call,
+        own: impl FnOnce() -> Result<()>,
+        abort: impl FnOnce(),
+    ) -> Result<()> {
+        self.send(call)?;
+        let own = own();
+        if own.is_err() {
+            abort();
+        }
+        let others = self.replies();
+        own.context("rank 0")?;
+        others
+    }
+
+    fn send(&self, call: impl Fn() -> Call) -> Result<()> {
         for worker in &self.workers {
-            let sent = worker.commands.as_ref().map(|c| {
-                c.send(Extend {
-                    ids: ids.to_vec(),
-                    start,
-                })
-            });
+            let sent = worker.calls.as_ref().map(|c| c.send(call()));
             if !matches!(sent, Some(Ok(()))) {
                 bail!("rank {} has stopped", worker.rank);
             }
         }
         Ok(())
-    }
-
-    /// Waits for every rank's current call; the first failure, if any.
-    pub fn finish(&self) -> Result<()> {
-        self.replies()
     }
 
     fn replies(&self) -> Result<()> {
@@ -203,7 +233,7 @@ impl Drop for Peers {
     fn drop(&mut self) {
         for worker in &mut self.workers {
             // Closing the channel ends the rank's loop.
-            worker.commands.take();
+            worker.calls.take();
             if let Some(thread) = worker.thread.take() {
                 let _ = thread.join();
             }
@@ -211,11 +241,11 @@ impl Drop for Peers {
     }
 }
 
-/// A rank's thread: load, then run each forward call rank 0 sends, replying to every one.
+/// A rank's thread: load, then mirror rank 0's sessions, replying to each prefill and decode.
 fn serve(
     rank: usize,
     load: impl FnOnce() -> Result<Gemma4>,
-    inbox: &mpsc::Receiver<Extend>,
+    inbox: &mpsc::Receiver<Call>,
     outbox: &mpsc::Sender<Result<()>>,
 ) {
     let model = match load() {
@@ -228,19 +258,27 @@ fn serve(
             return;
         }
     };
-    let mut cache = KvCache::new(model.config());
-    for Extend { ids, start } in inbox.iter() {
-        if start == 0 {
-            cache = KvCache::new(model.config());
-        }
-        let ran = if cache.len() == start {
-            model.extend(&ids, &mut cache).map(drop)
-        } else {
-            Err(anyhow::anyhow!(
-                "holds {} positions, asked to continue from {start}",
-                cache.len()
-            ))
+    let mut sessions: HashMap<u64, Session> = HashMap::new();
+    for call in inbox.iter() {
+        let (session, ran) = match call {
+            Call::Open { session, path } => {
+                sessions.insert(session, Session::without_logits(&model, path));
+                continue;
+            }
+            Call::Close { session } => {
+                sessions.remove(&session);
+                continue;
+            }
+            Call::Prefill { session, ids } => (
+                session,
+                sessions.get_mut(&session).map(|s| s.prefill_ids(&ids)),
+            ),
+            Call::Decode { session, token } => (
+                session,
+                sessions.get_mut(&session).map(|s| s.decode_id(token)),
+            ),
         };
+        let ran = ran.unwrap_or_else(|| Err(anyhow::anyhow!("has no session {session}")));
         if ran.is_err() {
             model.abort_all_reduce();
         }
