@@ -180,6 +180,11 @@ impl AllReduce for NcclAllReduce {
         let x = x.contiguous()?;
         let out = empty(x.shape(), x.dtype(), x.device())?;
         let stream = cuda_device(x.device())?.cuda_stream();
+        // NCCL enqueues on the calling thread's current device: this rank's.
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| candle_core::Error::Msg(format!("binding rank {}: {e}", self.rank)))?;
         let (src, dst) = (address(&x, false, &stream)?, address(&out, false, &stream)?);
         // SAFETY: `src` and `dst` address `elem_count` elements of `datatype` on this rank's
         // device, and the sum is queued on the stream that every later use of `out` follows.
