@@ -134,23 +134,34 @@ impl<'m> Session<'m> {
         if ids.is_empty() {
             bail!("nothing to prefill: no token ids");
         }
-        let model = self.model;
         // Checked before the other ranks start: a bad request must not stop the group.
-        model.check_ids(ids, self.cache.len())?;
+        self.model.check_ids(ids, self.cache.len())?;
+        self.on_every_rank(
+            |session| Call::Prefill {
+                session,
+                ids: ids.to_vec(),
+            },
+            |s| s.prefill_ids(ids),
+        )
+    }
+
+    /// Runs `here` on this rank and, on a split model, `call` on the others at the same time;
+    /// the logits it left.
+    fn on_every_rank(
+        &mut self,
+        call: impl Fn(u64) -> Call,
+        here: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<&Tensor> {
+        let model = self.model;
         match (model.peers(), self.mirrored_as) {
-            (Some(peers), Some(session)) => peers.lockstep(
-                || Call::Prefill {
-                    session,
-                    ids: ids.to_vec(),
-                },
-                || self.prefill_ids(ids),
-                || model.abort_all_reduce(),
-            )?,
-            _ => self.prefill_ids(ids)?,
+            (Some(peers), Some(session)) => {
+                peers.lockstep(|| call(session), || here(self), || model.abort_all_reduce())?
+            }
+            _ => here(self)?,
         }
         self.logits
             .as_ref()
-            .context("internal: no logits after a prefill")
+            .context("internal: a step left no logits")
     }
 
     /// [`Session::prefill`] on this rank alone.
@@ -174,19 +185,11 @@ impl<'m> Session<'m> {
 
     /// Runs one token; returns its f32 logits `[vocab]`, valid until the next call.
     pub fn decode(&mut self, token: u32) -> Result<&Tensor> {
-        let model = self.model;
-        model.check_ids(&[token], self.cache.len())?;
-        match (model.peers(), self.mirrored_as) {
-            (Some(peers), Some(session)) => peers.lockstep(
-                || Call::Decode { session, token },
-                || self.decode_id(token),
-                || model.abort_all_reduce(),
-            )?,
-            _ => self.decode_id(token)?,
-        }
-        self.logits
-            .as_ref()
-            .context("internal: no logits after a decode step")
+        self.model.check_ids(&[token], self.cache.len())?;
+        self.on_every_rank(
+            |session| Call::Decode { session, token },
+            |s| s.decode_id(token),
+        )
     }
 
     /// [`Session::decode`] on this rank alone.
