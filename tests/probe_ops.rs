@@ -143,13 +143,20 @@ fn a_kernel_that_writes_outside_its_output_is_caught() {
 /// The whole probe as JSON, on fixed inputs so that a failure reproduces (`--seed`); a user's
 /// probe draws fresh ones each run.
 fn probe_json() -> serde_json::Value {
+    probe_ops_json(&["--seed", "20261201"], &[])
+}
+
+/// `g4 probe-ops --json ARGS` with `env` set, which must succeed; its report.
+fn probe_ops_json(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_g4"))
-        .args(["probe-ops", "--json", "--seed", "20261201"])
+        .args(["probe-ops", "--json"])
+        .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("probe-ops --json prints JSON")
@@ -312,17 +319,7 @@ fn cpu_arms_pass_with_avx2_forced() {
         "rms_norm",
         "rms_norm_plus_add",
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
-            .args(["probe-ops", "--op", op, "--json"])
-            .env("G4_CPU_SIMD", "avx2")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{op}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = probe_ops_json(&["--op", op], &[("G4_CPU_SIMD", "avx2")]);
         let arms = report["ops"][0]["arms"].as_array().unwrap();
         let cpu = arms.iter().find(|a| a["backend"] == "cpu").unwrap();
         let table = Command::new(env!("CARGO_BIN_EXE_g4"))
@@ -374,17 +371,7 @@ fn the_hip_device_is_refused_with_what_is_missing() {
 #[test]
 fn g4_composed_selects_the_composed_arm_and_refuses_unknown_ops() {
     let selected = |composed: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_g4"))
-            .args(["probe-ops", "--op", "linear_panels", "--json"])
-            .env("G4_COMPOSED", composed)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = probe_ops_json(&["--op", "linear_panels"], &[("G4_COMPOSED", composed)]);
         report["ops"][0]["selected_arm"]
             .as_str()
             .unwrap()
@@ -412,23 +399,7 @@ fn g4_composed_selects_the_composed_arm_and_refuses_unknown_ops() {
 /// an f64 sum with every rank receiving the same bits (CPU ranks sum in host memory).
 #[test]
 fn probe_over_several_devices_checks_their_all_reduce() {
-    let out = Command::new(env!("CARGO_BIN_EXE_g4"))
-        .args([
-            "probe-ops",
-            "--device",
-            "cpu,cpu",
-            "--op",
-            "softcap",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = probe_ops_json(&["--device", "cpu,cpu", "--op", "softcap"], &[]);
     assert_eq!(
         report["devices"].as_array().unwrap().len(),
         1,
