@@ -109,7 +109,7 @@ pub fn group(devices: &[Device]) -> anyhow::Result<Vec<Arc<dyn AllReduce>>> {
             .collect());
     }
     if cuda < devices.len() {
-        anyhow::bail!("the devices of one model must be all CUDA GPUs or all the CPU");
+        anyhow::bail!("the devices of one split model must be all CUDA GPUs (summed by NCCL) or none (summed in host memory)");
     }
     #[cfg(feature = "cuda")]
     return super::nccl::group(devices);
