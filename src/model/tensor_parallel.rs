@@ -234,9 +234,22 @@ impl Drop for Peers {
         for worker in &mut self.workers {
             // Closing the channel ends the rank's loop.
             worker.calls.take();
-            if let Some(thread) = worker.thread.take() {
+            // Unwinding from a panic on rank 0, a rank may be waiting in a sum rank 0 never
+            // reaches: leave it to the process's exit rather than wait for it.
+            if let Some(thread) = worker.thread.take().filter(|_| !std::thread::panicking()) {
                 let _ = thread.join();
             }
+        }
+    }
+}
+
+/// Releases the other ranks if this rank's thread panics, as a failed call does.
+struct AbortOnPanic<'m>(&'m Gemma4);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort_all_reduce();
         }
     }
 }
@@ -258,6 +271,7 @@ fn serve(
             return;
         }
     };
+    let _abort_on_panic = AbortOnPanic(&model);
     let mut sessions: HashMap<u64, Session> = HashMap::new();
     for call in inbox.iter() {
         let (session, ran) = match call {
