@@ -1,5 +1,6 @@
 //! Tensor parallelism over several devices of one host (Megatron-style): every rank holds a slice
-//! of each layer's projections, and the ranks sum their partial outputs twice per layer.
+//! of each layer's projections, and the ranks sum their partial outputs twice per layer (three
+//! times on MoE layers: the dense MLP's output and the experts' f32 sum are separate).
 //!
 //! q/k/v and gate/up are split by output rows (each rank computes its own query heads and its own
 //! part of the MLP width, with no communication); o and down by input columns (each rank's product
@@ -32,10 +33,6 @@ impl Shard {
     /// The whole model on one device.
     pub const WHOLE: Shard = Shard { rank: 0, ranks: 1 };
 
-    pub fn is_whole(&self) -> bool {
-        self.ranks == 1
-    }
-
     /// This rank's part of `n` items divided evenly ([`check`] proved `n` divides).
     fn even(&self, n: usize) -> Range<usize> {
         let per = n / self.ranks;
@@ -64,7 +61,6 @@ impl Shard {
         let mut local = config.clone();
         let heads = config.num_attention_heads;
         local.num_attention_heads = self.q_heads(heads).len();
-        local.intermediate_size = self.width(config.intermediate_size).len();
         for spec in &mut local.layers {
             spec.kv_heads = self.kv_heads(heads, spec.kv_heads).len();
             spec.mlp_width = self.width(spec.mlp_width).len();

@@ -73,10 +73,19 @@ impl AllReduce for HostAllReduce {
                 .iter_mut()
                 .map(|d| d.take().expect("deposited"));
             let first = parts.next().expect("at least one rank");
-            let sum = parts.try_fold(first, |acc, part| acc + part)?;
-            state.result = Some(sum);
-            state.rounds += 1;
+            let summed = parts.try_fold(first, |acc, part| acc + part);
             shared.changed.notify_all();
+            match summed {
+                Ok(sum) => {
+                    state.result = Some(sum);
+                    state.rounds += 1;
+                }
+                Err(e) => {
+                    // The others would wait for a sum that never comes.
+                    state.aborted = true;
+                    return Err(e);
+                }
+            }
         } else {
             state = shared
                 .changed
