@@ -169,7 +169,7 @@ fn native_fwd(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
+    use super::native::vector_aligned;
     let (tokens, hidden) = x.dims2()?;
     let slots = ids.dim(1)?;
     let width = down.dim(2)?;
@@ -190,40 +190,82 @@ fn native_fwd(
     if ![&x, &gate_up, &down].into_iter().all(vector_aligned) {
         return composed(&x, ids, weights, &gate_up, &down);
     }
+    let rows = |weight| ExpertRows {
+        weight,
+        scale: None,
+    };
+    launch_decode("moe_experts", &x, ids, weights, rows(&gate_up), rows(&down))
+}
+
+/// Every expert's projection as the decode kernels read it: its weight rows, and their scales
+/// when the rows are e4m3 (`moe_experts_fp8`).
+pub(super) struct ExpertRows<'a> {
+    pub weight: &'a Tensor,
+    pub scale: Option<&'a Tensor>,
+}
+
+/// The decode arm's two launches of `{kernel}_gate_up` and `{kernel}_down` (moe_experts.cu),
+/// shared by `moe_experts` and `moe_experts_fp8`: gate_up with the activation fused, then down
+/// with the weighted combine. Each weight is followed by its scales when it has them.
+pub(super) fn launch_decode(
+    kernel: &str,
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: ExpertRows,
+    down: ExpertRows,
+) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, warp_lanes, Arg};
+    let (tokens, hidden) = x.dims2()?;
+    let slots = ids.dim(1)?;
+    let width = down.weight.dim(2)?;
     let ids = ids.to_dtype(DType::U32)?.contiguous()?;
     let weights = weights.to_dtype(DType::F32)?.contiguous()?;
+    let scales = |rows: &ExpertRows| {
+        rows.scale
+            .map(|s| s.to_dtype(DType::F32)?.contiguous())
+            .transpose()
+    };
+    let (gate_up_scale, down_scale) = (scales(&gate_up)?, scales(&down)?);
     let h = empty((tokens * slots, width), x.dtype(), x.device())?;
     let out = empty((tokens, hidden), DType::F32, x.device())?;
     let lanes = warp_lanes(x.device());
     let (gate_up_grid, down_grid) = expert_grids(tokens, slots, hidden, width, lanes);
+    let sizes = || {
+        [
+            Arg::I32(slots as i32),
+            Arg::I32(hidden as i32),
+            Arg::I32(width as i32),
+        ]
+    };
+    let mut args = vec![
+        Arg::Tensor(x),
+        Arg::Tensor(&ids),
+        Arg::Tensor(gate_up.weight),
+    ];
+    args.extend(gate_up_scale.as_ref().map(Arg::Tensor));
+    args.push(Arg::Tensor(&h));
+    args.extend(sizes());
     launch(
-        &kernel_name("moe_experts_gate_up", x.dtype())?,
+        &kernel_name(&format!("{kernel}_gate_up"), x.dtype())?,
         x.device(),
         gate_up_grid,
-        &[
-            Arg::Tensor(&x),
-            Arg::Tensor(&ids),
-            Arg::Tensor(&gate_up),
-            Arg::Tensor(&h),
-            Arg::I32(slots as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(width as i32),
-        ],
+        &args,
     )?;
+    let mut args = vec![
+        Arg::Tensor(&h),
+        Arg::Tensor(&ids),
+        Arg::Tensor(&weights),
+        Arg::Tensor(down.weight),
+    ];
+    args.extend(down_scale.as_ref().map(Arg::Tensor));
+    args.push(Arg::Tensor(&out));
+    args.extend(sizes());
     launch(
-        &kernel_name("moe_experts_down", x.dtype())?,
+        &kernel_name(&format!("{kernel}_down"), x.dtype())?,
         x.device(),
         down_grid,
-        &[
-            Arg::Tensor(&h),
-            Arg::Tensor(&ids),
-            Arg::Tensor(&weights),
-            Arg::Tensor(&down),
-            Arg::Tensor(&out),
-            Arg::I32(slots as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(width as i32),
-        ],
+        &args,
     )?;
     Ok(out)
 }

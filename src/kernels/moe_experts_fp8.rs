@@ -6,7 +6,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::moe_experts::{self, NATIVE_MAX_SLOTS, NATIVE_MAX_TOKENS};
+use super::moe_experts::{self, ExpertRows, NATIVE_MAX_SLOTS, NATIVE_MAX_TOKENS};
 use super::{arm_for, dequant_fp8_channel, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
@@ -87,7 +87,7 @@ fn native_fwd(
     gate_up: Fp8Experts,
     down: Fp8Experts,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
+    use super::native::vector_aligned;
     let (tokens, hidden) = x.dims2()?;
     let slots = ids.dim(1)?;
     let width = down.weight.dim(2)?;
@@ -111,46 +111,20 @@ fn native_fwd(
         );
         return moe_experts::grouped(&x, ids, weights, &gate_up, &down);
     }
-    let ids = ids.to_dtype(DType::U32)?.contiguous()?;
-    let weights = weights.to_dtype(DType::F32)?.contiguous()?;
-    let gate_up_scale = gate_up.scale.to_dtype(DType::F32)?.contiguous()?;
-    let down_scale = down.scale.to_dtype(DType::F32)?.contiguous()?;
-    let h = empty((tokens * slots, width), x.dtype(), x.device())?;
-    let out = empty((tokens, hidden), DType::F32, x.device())?;
-    let lanes = warp_lanes(x.device());
-    let (gate_up_grid, down_grid) = moe_experts::expert_grids(tokens, slots, hidden, width, lanes);
-    launch(
-        &kernel_name("moe_experts_fp8_gate_up", x.dtype())?,
-        x.device(),
-        gate_up_grid,
-        &[
-            Arg::Tensor(&x),
-            Arg::Tensor(&ids),
-            Arg::Tensor(&gate_up_weight),
-            Arg::Tensor(&gate_up_scale),
-            Arg::Tensor(&h),
-            Arg::I32(slots as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(width as i32),
-        ],
-    )?;
-    launch(
-        &kernel_name("moe_experts_fp8_down", x.dtype())?,
-        x.device(),
-        down_grid,
-        &[
-            Arg::Tensor(&h),
-            Arg::Tensor(&ids),
-            Arg::Tensor(&weights),
-            Arg::Tensor(&down_weight),
-            Arg::Tensor(&down_scale),
-            Arg::Tensor(&out),
-            Arg::I32(slots as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(width as i32),
-        ],
-    )?;
-    Ok(out)
+    moe_experts::launch_decode(
+        "moe_experts_fp8",
+        &x,
+        ids,
+        weights,
+        ExpertRows {
+            weight: &gate_up_weight,
+            scale: Some(gate_up.scale),
+        },
+        ExpertRows {
+            weight: &down_weight,
+            scale: Some(down.scale),
+        },
+    )
 }
 
 /// The op's contract (`contract.rs`): checked against `moe_experts::reference` on the
