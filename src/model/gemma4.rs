@@ -168,14 +168,17 @@ impl Experts {
         hidden: usize,
         shard: Shard,
     ) -> Result<Experts> {
-        let (experts, width) = (moe.num_experts, moe.expert_width);
-        let split = ExpertSplit {
-            width,
-            columns: shard.width(width),
+        let experts = ExpertLayer {
+            ckpt,
+            layer,
+            experts: moe.num_experts,
+            hidden,
+            width: moe.expert_width,
+            columns: shard.width(moe.expert_width),
         };
         if let (Some(gate_up), Some(down)) = (
-            exploded_fp8(ckpt, layer, experts, ExpertTensor::GateUp, hidden, &split)?,
-            exploded_fp8(ckpt, layer, experts, ExpertTensor::Down, hidden, &split)?,
+            experts.fp8(ExpertTensor::GateUp)?,
+            experts.fp8(ExpertTensor::Down)?,
         ) {
             return Ok(Experts::Fp8 {
                 gate_up: gate_up.0,
@@ -185,8 +188,8 @@ impl Experts {
             });
         }
         Ok(Experts::Dense {
-            gate_up: expert_tensor(ckpt, layer, experts, ExpertTensor::GateUp, hidden, &split)?,
-            down: expert_tensor(ckpt, layer, experts, ExpertTensor::Down, hidden, &split)?,
+            gate_up: experts.dense(ExpertTensor::GateUp)?,
+            down: experts.dense(ExpertTensor::Down)?,
         })
     }
 
@@ -957,12 +960,6 @@ enum ExpertTensor {
     Down,
 }
 
-/// Each expert's width `W` and the columns of it a rank keeps.
-struct ExpertSplit {
-    width: usize,
-    columns: std::ops::Range<usize>,
-}
-
 impl ExpertTensor {
     fn name(self) -> &'static str {
         match self {
@@ -970,106 +967,92 @@ impl ExpertTensor {
             ExpertTensor::Down => "down_proj",
         }
     }
+}
 
-    /// One expert's `[rows, cols]` as stored, and as a rank keeps it.
-    fn shapes(self, hidden: usize, split: &ExpertSplit) -> ([usize; 2], [usize; 2]) {
-        let kept = split.columns.len();
-        match self {
-            ExpertTensor::GateUp => ([2 * split.width, hidden], [2 * kept, hidden]),
-            ExpertTensor::Down => ([hidden, split.width], [hidden, kept]),
+/// One layer's experts in a checkpoint, and the columns of each expert's width `W` this rank
+/// keeps. Stored packed by transformers (`experts.gate_up_proj`, `experts.down_proj`), or
+/// exploded per expert (`experts.{e}.gate_proj` / `up_proj` / `down_proj`, as FP8 repacks
+/// store them).
+struct ExpertLayer<'c> {
+    ckpt: &'c Checkpoint,
+    layer: usize,
+    experts: usize,
+    hidden: usize,
+    width: usize,
+    columns: std::ops::Range<usize>,
+}
+
+impl ExpertLayer<'_> {
+    fn exploded(&self) -> bool {
+        let exploded = format!("layers.{}.experts.0.down_proj.weight", self.layer);
+        self.ckpt.contains(&exploded)
+    }
+
+    /// One expert's `[rows, cols]` as stored, and as this rank keeps it.
+    fn shapes(&self, tensor: ExpertTensor) -> ([usize; 2], [usize; 2]) {
+        let (h, w, kept) = (self.hidden, self.width, self.columns.len());
+        match tensor {
+            ExpertTensor::GateUp => ([2 * w, h], [2 * kept, h]),
+            ExpertTensor::Down => ([h, w], [h, kept]),
         }
     }
 
-    /// What a rank keeps of the packed tensor: its gate rows and its up rows, or its columns.
-    fn packed_take(self, split: &ExpertSplit) -> Take {
-        let (w, c) = (split.width, &split.columns);
-        match self {
-            ExpertTensor::GateUp => {
-                Take::rows_joined(vec![c.clone(), w + c.start..w + c.end], 2 * w)
-            }
-            ExpertTensor::Down => Take::cols(c.clone(), w),
+    /// `tensor` as one `[E, rows, cols]` tensor (this rank's part) in the compute dtype.
+    fn dense(&self, tensor: ExpertTensor) -> Result<Tensor> {
+        let packed = format!("layers.{}.experts.{}", self.layer, tensor.name());
+        let ([rows, cols], [kept_rows, kept_cols]) = self.shapes(tensor);
+        if self.ckpt.contains(&packed) || !self.exploded() {
+            // A rank keeps its gate rows and its up rows, or its columns.
+            let (w, c) = (self.width, &self.columns);
+            let take = match tensor {
+                ExpertTensor::GateUp => {
+                    Take::rows_joined(vec![c.clone(), w + c.start..w + c.end], 2 * w)
+                }
+                ExpertTensor::Down => Take::cols(c.clone(), w),
+            };
+            let part = Part::whole(packed, &[self.experts, rows, cols]).taking(take);
+            return self.ckpt.part(&part);
         }
+        let joined = self.ckpt.concat(&self.exploded_parts(tensor))?;
+        Ok(joined.reshape((self.experts, kept_rows, kept_cols))?)
     }
-}
 
-/// `experts.{name}` as one `[E, rows, cols]` tensor (this rank's part): stored that way by
-/// transformers, or exploded per expert (`experts.{e}.gate_proj` / `up_proj` / `down_proj`, as
-/// FP8 repacks store them).
-fn expert_tensor(
-    ckpt: &Checkpoint,
-    layer: usize,
-    experts: usize,
-    tensor: ExpertTensor,
-    hidden: usize,
-    split: &ExpertSplit,
-) -> Result<Tensor> {
-    let packed = format!("layers.{layer}.experts.{}", tensor.name());
-    let ([rows, cols], [kept_rows, kept_cols]) = tensor.shapes(hidden, split);
-    if ckpt.contains(&packed)
-        || !ckpt.contains(&format!("layers.{layer}.experts.0.down_proj.weight"))
-    {
-        return ckpt
-            .part(&Part::whole(packed, &[experts, rows, cols]).taking(tensor.packed_take(split)));
-    }
-    let parts = exploded_parts(layer, experts, tensor, hidden, split);
-    Ok(ckpt
-        .concat(&parts)?
-        .reshape((experts, kept_rows, kept_cols))?)
-}
-
-/// Exploded experts' tensors in expert order (gate then up for each), each cut to this rank's
-/// part: the rows of the packed `[experts, rows, cols]` tensor.
-fn exploded_parts(
-    layer: usize,
-    experts: usize,
-    tensor: ExpertTensor,
-    hidden: usize,
-    split: &ExpertSplit,
-) -> Vec<Part> {
-    let (w, columns) = (split.width, &split.columns);
-    let one = |e: usize, name: &str, shape: [usize; 2], take: Take| {
-        Part::whole(format!("layers.{layer}.experts.{e}.{name}.weight"), &shape).taking(take)
-    };
-    (0..experts)
-        .flat_map(|e| match tensor {
-            ExpertTensor::GateUp => ["gate_proj", "up_proj"]
-                .map(|name| one(e, name, [w, hidden], Take::rows(columns.clone(), w)))
-                .to_vec(),
-            ExpertTensor::Down => {
-                vec![one(
-                    e,
-                    "down_proj",
-                    [hidden, w],
-                    Take::cols(columns.clone(), w),
-                )]
-            }
+    /// Exploded `tensor` kept e4m3, `[E, rows, cols]` with scales `[E, rows]` (this rank's
+    /// part), where the registry runs `moe_experts_fp8` natively; `None` otherwise.
+    fn fp8(&self, tensor: ExpertTensor) -> Result<Option<(Tensor, Tensor)>> {
+        if !self.exploded() {
+            return Ok(None);
+        }
+        let (_, [rows, cols]) = self.shapes(tensor);
+        let parts = self.exploded_parts(tensor);
+        Ok(match self.ckpt.concat_fp8(&parts, Op::MoeExpertsFp8)? {
+            Some((weight, scale)) => Some((
+                weight.reshape((self.experts, rows, cols))?,
+                scale.reshape((self.experts, rows))?,
+            )),
+            None => None,
         })
-        .collect()
-}
-
-/// Exploded FP8 experts `experts.{name}` (this rank's part) kept e4m3, `[experts, rows, cols]`
-/// with scales `[experts, rows]`, where the registry runs `moe_experts_fp8` natively; `None`
-/// otherwise.
-fn exploded_fp8(
-    ckpt: &Checkpoint,
-    layer: usize,
-    experts: usize,
-    tensor: ExpertTensor,
-    hidden: usize,
-    split: &ExpertSplit,
-) -> Result<Option<(Tensor, Tensor)>> {
-    if !ckpt.contains(&format!("layers.{layer}.experts.0.down_proj.weight")) {
-        return Ok(None);
     }
-    let parts = exploded_parts(layer, experts, tensor, hidden, split);
-    let (_, [rows, cols]) = tensor.shapes(hidden, split);
-    Ok(match ckpt.concat_fp8(&parts, Op::MoeExpertsFp8)? {
-        Some((weight, scale)) => Some((
-            weight.reshape((experts, rows, cols))?,
-            scale.reshape((experts, rows))?,
-        )),
-        None => None,
-    })
+
+    /// Exploded experts' tensors in expert order (gate then up for each), each cut to this
+    /// rank's part: the rows of the packed `[E, rows, cols]` tensor.
+    fn exploded_parts(&self, tensor: ExpertTensor) -> Vec<Part> {
+        let (h, w, columns) = (self.hidden, self.width, &self.columns);
+        let one = |e: usize, name: &str, shape: [usize; 2], take: Take| {
+            let name = format!("layers.{}.experts.{e}.{name}.weight", self.layer);
+            Part::whole(name, &shape).taking(take)
+        };
+        (0..self.experts)
+            .flat_map(|e| match tensor {
+                ExpertTensor::GateUp => ["gate_proj", "up_proj"]
+                    .map(|name| one(e, name, [w, h], Take::rows(columns.clone(), w)))
+                    .to_vec(),
+                ExpertTensor::Down => {
+                    vec![one(e, "down_proj", [h, w], Take::cols(columns.clone(), w))]
+                }
+            })
+            .collect()
+    }
 }
 
 impl Moe {
