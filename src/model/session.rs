@@ -131,9 +131,6 @@ impl<'m> Session<'m> {
     /// Runs `ids` after what the session holds, in pieces of at most [`PREFILL_PIECE`] tokens;
     /// returns the last position's f32 logits.
     pub fn prefill(&mut self, ids: &[u32]) -> Result<&Tensor> {
-        if ids.is_empty() {
-            bail!("nothing to prefill: no token ids");
-        }
         // Checked before the other ranks start: a bad request must not stop the group.
         self.model.check_ids(ids, self.cache.len())?;
         self.on_every_rank(
@@ -192,13 +189,13 @@ impl<'m> Session<'m> {
         )
     }
 
-    /// [`Session::decode`] on this rank alone.
+    /// [`Session::decode`] on this rank alone, `token` checked by [`Session::decode`] (on rank 0,
+    /// before the other ranks were asked).
     pub(super) fn decode_id(&mut self, token: u32) -> Result<()> {
         if self.path == DecodePath::Eager {
             return self.prefill_ids(&[token]);
         }
         let model = self.model;
-        model.check_ids(&[token], self.cache.len())?;
         let position = self.cache.len();
         let context = model.config().max_position_embeddings;
         if self
