@@ -44,29 +44,43 @@ pub fn composed(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
+    around_scores(q, k, v, |scores, seq, keys| {
+        let (batch, kv_heads, rows, _) = scores.dims4()?;
+        let scores = if scale == 1.0 {
+            scores
+        } else {
+            scores.affine(scale, 0.0)?
+        };
+        let scores =
+            scores
+                .to_dtype(DType::F32)?
+                .reshape((batch, kv_heads, rows / seq, seq, keys))?;
+        let scores = match mask {
+            Some(mask) => scores.broadcast_add(mask)?,
+            None => scores,
+        };
+        candle_nn::ops::softmax_last_dim(&scores)?
+            .to_dtype(v.dtype())?
+            .reshape((batch, kv_heads, rows, keys))
+    })
+}
+
+/// `probs(scores, seq, keys) · v`, where `scores = q·kᵀ` is `[B, kv_heads, group·S, T]`: each
+/// KV head's query group is folded into the row axis (row `g·S + s`), which avoids
+/// materialising repeat_kv. `probs` returns the softmax in the same layout and `v`'s dtype.
+fn around_scores(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    probs: impl FnOnce(Tensor, usize, usize) -> Result<Tensor>,
+) -> Result<Tensor> {
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
     let group = heads / kv_heads;
-    // Folding each KV head's query group into the row axis avoids materialising repeat_kv.
     let q = q
         .contiguous()?
         .reshape((batch, kv_heads, group * seq, head_dim))?;
-    let scores = q.matmul(&k.t()?)?;
-    let scores = if scale == 1.0 {
-        scores
-    } else {
-        scores.affine(scale, 0.0)?
-    };
-    let scores = scores
-        .to_dtype(DType::F32)?
-        .reshape((batch, kv_heads, group, seq, keys))?;
-    let scores = match mask {
-        Some(mask) => scores.broadcast_add(mask)?,
-        None => scores,
-    };
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?
-        .to_dtype(v.dtype())?
-        .reshape((batch, kv_heads, group * seq, keys))?;
+    let probs = probs(q.matmul(&k.t()?)?, seq, keys)?;
     probs
         .matmul(&v.contiguous()?)?
         .reshape((batch, heads, seq, head_dim))
@@ -86,10 +100,13 @@ const KEYS_PER_CHUNK: usize = 16;
 const WARPS_PER_BLOCK: usize = 4;
 const TARGET_BLOCKS: usize = 512;
 
+/// Threads of the softmax kernel's block (one block per score row).
+const SOFTMAX_WARPS: usize = 4;
+
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
 /// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
-/// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, the same math as cuBLAS
-/// batched GEMMs.
+/// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, cuBLAS's batched GEMMs
+/// around one softmax kernel.
 fn native_fwd(
     q: &Tensor,
     k: &Tensor,
@@ -100,7 +117,7 @@ fn native_fwd(
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
     if seq > CUDA_KERNEL_MAX_QUERIES {
-        return composed(q, k, v, mask, scale);
+        return gemm_fwd(q, k, v, mask, scale);
     }
     let q = q.contiguous()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
@@ -173,6 +190,39 @@ fn native_fwd(
         )?;
     }
     Ok(out)
+}
+
+/// Long query blocks: the composed arm's two batched GEMMs, with its scale, f32 cast, mask and
+/// softmax between them in one kernel (`attention_softmax`) instead of five passes over f32
+/// score matrices.
+fn gemm_fwd(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
+    let mask = mask
+        .map(|m| m.to_dtype(DType::F32)?.contiguous())
+        .transpose()?;
+    around_scores(q, k, v, |scores, seq, keys| {
+        let scores = scores.contiguous()?;
+        let probs = empty(scores.shape(), scores.dtype(), scores.device())?;
+        let args = [
+            Arg::Tensor(&scores),
+            Arg::OptionalTensor(mask.as_ref()),
+            Arg::Tensor(&probs),
+            Arg::I32(seq as i32),
+            Arg::I32(keys as i32),
+            Arg::F32(scale as f32),
+        ];
+        let rows = scores.elem_count() / keys;
+        let grid = Grid::of_warps(rows, SOFTMAX_WARPS, warp_lanes(scores.device()));
+        let name = kernel_name("attention_softmax", scores.dtype())?;
+        launch(&name, scores.device(), grid, &args)?;
+        Ok(probs)
+    })
 }
 
 /// One batch: `q [heads, S, D]`, `k, v [kv_heads, T, D]`, `mask [S, T]` (−∞ hides a key).
@@ -258,7 +308,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "more than 16 queries (long prefill blocks)",
-        path: "composed (batched GEMMs: cuBLAS on CUDA)",
+        path: "native: cuBLAS's batched GEMMs around one masked-softmax kernel",
         case: "q[4×24×128] kv[2×30] window 8",
     },
     ShapePath {
@@ -288,8 +338,11 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         // A graph step's whole cache buffer: only slots up to the position are visible,
         // so whole chunks are hidden.
         (8, 2, 1, 256, 512, None, Some(69), true),
-        // Longer than a decode block: the CUDA arm's GEMM path.
+        // Longer than a decode block: the CUDA arm's GEMM path, with a sliding window over
+        // more keys than a softmax block has threads, and with every key visible (no mask).
         (4, 2, 24, 30, 128, Some(8), None, true),
+        (8, 2, 40, 700, 256, Some(512), None, true),
+        (4, 2, 20, 20, 512, None, Some(19), false),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let spread = (d as f64).powf(-0.25) * 1.5;

@@ -62,9 +62,9 @@ fn native_fwd(
     next_pre_norm: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
-    let Some(grid) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
+    let Some(rows) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
         return composed(residual, x, post_norm, next_pre_norm, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
@@ -83,9 +83,9 @@ fn native_fwd(
         Arg::F32(eps as f32),
     ];
     launch(
-        &kernel_name("dual_rms_norm_plus_res", x.dtype())?,
+        &rows.kernel("dual_rms_norm_plus_res", x.dtype())?,
         x.device(),
-        grid,
+        rows.grid,
         &args,
     )?;
     Ok((out_residual, out_y))

@@ -42,11 +42,15 @@ fn cpu_fwd(packed: &Tensor) -> Result<Tensor> {
     Tensor::from_vec(out, shape, packed.device())
 }
 
-/// CUDA arm: one elementwise kernel over the packed rows (src/kernels/cuda/elementwise.cu).
+/// CUDA arm: one elementwise kernel over the packed rows (src/kernels/cuda/elementwise.cu),
+/// indexed in 32 bits; larger tensors take the composed arm.
 fn native_fwd(packed: &Tensor) -> Result<Tensor> {
     use super::native::{elementwise, empty, kernel_name, launch, Arg};
-    let packed = packed.contiguous()?;
     let d = packed.dim(D::Minus1)? / 2;
+    if d == 0 || u32::try_from(packed.elem_count()).is_err() {
+        return composed(packed);
+    }
+    let packed = packed.contiguous()?;
     let rows = packed.elem_count() / (2 * d);
     let mut shape = packed.dims().to_vec();
     *shape.last_mut().expect("at least one dim") = d;
@@ -54,8 +58,8 @@ fn native_fwd(packed: &Tensor) -> Result<Tensor> {
     let args = [
         Arg::Tensor(&packed),
         Arg::Tensor(&out),
-        Arg::Usize(rows),
-        Arg::Usize(d),
+        Arg::U32(rows as u32),
+        Arg::U32(d as u32),
     ];
     launch(
         &kernel_name("gelu_and_mul", packed.dtype())?,

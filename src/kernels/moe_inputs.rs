@@ -100,9 +100,9 @@ fn native_fwd(
     experts_norm: &Tensor,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let cols = residual.dim(D::Minus1)?;
-    let Some(grid) = per_row(
+    let Some(rows) = per_row(
         residual.elem_count() / cols,
         cols,
         warp_lanes(residual.device()),
@@ -126,9 +126,9 @@ fn native_fwd(
         Arg::F32(eps as f32),
     ];
     launch(
-        &kernel_name("moe_inputs", dtype)?,
+        &rows.kernel("moe_inputs", dtype)?,
         residual.device(),
-        grid,
+        rows.grid,
         &args,
     )?;
     Ok((router, experts))

@@ -106,9 +106,9 @@ fn native_fwd(
     norms: &OutputNorms,
     eps: f64,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let cols = residual.dim(D::Minus1)?;
-    let Some(grid) = per_row(
+    let Some(rows) = per_row(
         residual.elem_count() / cols,
         cols,
         warp_lanes(residual.device()),
@@ -137,9 +137,9 @@ fn native_fwd(
         Arg::F32(eps as f32),
     ];
     launch(
-        &kernel_name("moe_output", dtype)?,
+        &rows.kernel("moe_output", dtype)?,
         residual.device(),
-        grid,
+        rows.grid,
         &args,
     )?;
     Ok(out)

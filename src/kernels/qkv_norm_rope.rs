@@ -302,13 +302,13 @@ fn native_fwd(
     sin: &Tensor,
     eps: f64,
 ) -> Result<AttentionInputs> {
-    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let (_, seq, _) = qkv.dims3()?;
     let (d, hq, hkv) = (layout.head_dim, layout.q_heads, layout.kv_heads);
     let heads = layout.output_heads();
-    let grid = per_row(seq * heads, d, warp_lanes(qkv.device()))
+    let rows = per_row(seq * heads, d, warp_lanes(qkv.device()))
         .filter(|_| d <= NATIVE_MAX_HEAD_DIM && d % 2 == 0);
-    let Some(grid) = grid else {
+    let Some(rows) = rows else {
         return composed(qkv, layout, q_norm, k_norm, cos, sin, eps);
     };
     let qkv = qkv.contiguous()?;
@@ -350,9 +350,9 @@ fn native_fwd(
         Arg::F32(eps as f32),
     ];
     launch(
-        &kernel_name("qkv_norm_rope", dtype)?,
+        &rows.kernel("qkv_norm_rope", dtype)?,
         qkv.device(),
-        grid,
+        rows.grid,
         &args,
     )?;
     Ok((q, kv))

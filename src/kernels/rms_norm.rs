@@ -78,9 +78,9 @@ pub fn cpu_fwd(
 /// CUDA arm: one block per row, held in registers (src/kernels/cuda/norms.cu); rows wider than
 /// a block holds take the composed arm.
 fn native_fwd(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(D::Minus1)?;
-    let Some(grid) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
+    let Some(rows) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
         return composed(x, weight, eps);
     };
     let x = x.contiguous()?;
@@ -96,9 +96,9 @@ fn native_fwd(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
         Arg::F32(eps as f32),
     ];
     launch(
-        &kernel_name("rms_norm", x.dtype())?,
+        &rows.kernel("rms_norm", x.dtype())?,
         x.device(),
-        grid,
+        rows.grid,
         &args,
     )?;
     Ok(out)

@@ -39,9 +39,9 @@ pub fn composed(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Res
 
 /// CUDA arm: one block per row (src/kernels/cuda/norms.cu).
 fn native_fwd(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
-    let Some(grid) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
+    let Some(rows) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
         return composed(residual, x, weight, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
@@ -56,9 +56,9 @@ fn native_fwd(residual: &Tensor, x: &Tensor, weight: &Tensor, eps: f64) -> Resul
         Arg::F32(eps as f32),
     ];
     launch(
-        &kernel_name("rms_norm_plus_add", x.dtype())?,
+        &rows.kernel("rms_norm_plus_add", x.dtype())?,
         x.device(),
-        grid,
+        rows.grid,
         &args,
     )?;
     Ok(out)

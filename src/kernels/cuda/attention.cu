@@ -1,8 +1,9 @@
-// attention: softmax(q·kᵀ·scale + mask)·v with GQA by contiguous groups, for decode and short
-// query blocks. Split-K ("flash decoding"): each query row's keys are cut into `splits` chunks,
-// one block per (row, chunk), so that a decode step with few heads still fills the GPU. Each
-// warp of a block keeps an online softmax (f32) over its keys; the warps merge in the block, and
-// with several chunks a second kernel merges the chunks' partial results.
+// attention: softmax(q·kᵀ·scale + mask)·v with GQA by contiguous groups. Decode and short query
+// blocks run split-K ("flash decoding"): each query row's keys are cut into `splits` chunks, one
+// block per (row, chunk), so that a decode step with few heads still fills the GPU. Each warp of
+// a block keeps an online softmax (f32) over its keys; the warps merge in the block, and with
+// several chunks a second kernel merges the chunks' partial results. Longer query blocks run
+// cuBLAS's GEMMs around attention_softmax (below).
 // K/V may be views into a longer cache: rows are contiguous, heads are `kv_head_stride` elements
 // apart. mask is an optional additive f32 [S, T]; a warp reads 32 mask entries at once and skips
 // the hidden keys without touching K/V, so a mostly-empty cache buffer costs little.
@@ -128,6 +129,32 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
     }
 }
 
+// The GEMM path of long query blocks: between cuBLAS's q·kᵀ and p·v, probs = softmax(scores ·
+// scale + mask) in one kernel, f32 inside as the composed arm's cast, add and softmax are, stored
+// in T. scores and probs are [rows, keys] with row = ((b · kv_heads + kv head) · group + g) · seq
+// + s, so a row's query is row % seq; mask is an additive f32 [seq, keys] or null. One block per
+// row, three passes as candle's softmax makes them (max, sum, quotient); after the first the row
+// comes from cache. A row with no visible key attends to nothing (zeros, not NaN).
+template <typename T>
+__device__ void attention_softmax(const T* scores, const float* mask, T* probs, int seq, int keys, float scale) {
+    const size_t row = blockIdx.x;
+    const T* in = scores + row * keys;
+    const float* row_mask = mask ? mask + (size_t)(row % seq) * keys : nullptr;
+    auto logit = [&](int t) { return g4_to_f32(in[t]) * scale + (row_mask ? row_mask[t] : 0.0f); };
+    float max = -INFINITY;
+    for (int t = threadIdx.x; t < keys; t += blockDim.x) max = fmaxf(max, logit(t));
+    max = g4_block_max(max);
+    float sum = 0.0f;
+    if (max != -INFINITY) {
+        for (int t = threadIdx.x; t < keys; t += blockDim.x) sum += expf(logit(t) - max);
+    }
+    sum = g4_block_sum(sum);
+    T* out = probs + row * keys;
+    for (int t = threadIdx.x; t < keys; t += blockDim.x) {
+        out[t] = g4_from_f32<T>(max == -INFINITY ? 0.0f : expf(logit(t) - max) / sum);
+    }
+}
+
 #define G4_ATTENTION(NAME, T)                                                                               \
     extern "C" __global__ void g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask,   \
                                                    T* out, float* partial_acc, float* partial_stats,         \
@@ -139,5 +166,9 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
                                                          T* out, int d, int splits) {                        \
         attention_merge<T>(partial_acc, partial_stats, out, d, splits);                                      \
+    }                                                                                                        \
+    extern "C" __global__ void g4_attention_softmax_##NAME(const T* scores, const float* mask, T* probs,     \
+                                                           int seq, int keys, float scale) {                 \
+        attention_softmax<T>(scores, mask, probs, seq, keys, scale);                                         \
     }
 G4_FOR_FLOAT_TYPES(G4_ATTENTION)

@@ -65,5 +65,20 @@ __device__ __forceinline__ float g4_block_sum(float v) {
     return total;
 }
 
+// Maximum over a block (any size up to 1024 threads, a multiple of the warp size).
+__device__ __forceinline__ float g4_block_max(float v) {
+    __shared__ float partial[32];
+    const int warp_size = warpSize;
+    for (int mask = warp_size / 2; mask > 0; mask >>= 1) v = fmaxf(v, G4_SHFL_XOR(v, mask));
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    const int warps = (blockDim.x + warp_size - 1) / warp_size;
+    float total = -INFINITY;
+    for (int i = 0; i < warps; ++i) total = fmaxf(total, partial[i]);
+    __syncthreads();
+    return total;
+}
+
 // One extern "C" entry point per dtype: g4_<op>_f32, g4_<op>_bf16, g4_<op>_f16.
 #define G4_FOR_FLOAT_TYPES(MACRO) MACRO(f32, float) MACRO(bf16, g4_bf16) MACRO(f16, g4_f16)

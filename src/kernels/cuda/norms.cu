@@ -1,66 +1,69 @@
 // rms_norm, rms_norm_plus_add, dual_rms_norm_plus_res (and qkv_norm_rope, moe_inputs and
 // moe_output below): one block per row, f32 inside, plain (not 1 + w) weight applied before the
 // cast back — the semantics of the ops' composed arms.
-// Each thread holds its up to G4_NORM_VALUES elements of the row (and of the weights and the
-// residual) in registers, so a kernel reads memory once however many passes it makes over the
-// row (the host sizes the block so that cols ≤ G4_NORM_VALUES × blockDim).
+// Each thread holds its up to V elements of the row (and of the weights and the residual) in
+// registers, so a kernel reads memory once however many passes it makes over the row (the host
+// sizes the block so that cols ≤ V × blockDim). Every kernel comes with V = 8 (rows up to 4,096
+// wide) and V = 16 (`_wide`, up to 8,192): registers are reserved for all V values whether the
+// row fills them or not, and at V = 16 a 512-thread block took a whole multiprocessor's
+// registers, so a prefill's rows ran one block per multiprocessor.
 #include "g4_compat.cuh"
 
-#define G4_NORM_VALUES 16
 #define G4_NORM_MAX_THREADS 512
 
 // Loads this thread's elements of a row (zeros past its end); `row` may be null (ones).
-template <typename T>
-__device__ __forceinline__ void load_row(const T* row, int cols, float (&v)[G4_NORM_VALUES]) {
+template <int V, typename T>
+__device__ __forceinline__ void load_row(const T* row, int cols, float (&v)[V]) {
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         v[i] = j < cols ? (row ? g4_to_f32(row[j]) : 1.0f) : 0.0f;
     }
 }
 
-__device__ __forceinline__ float inv_rms(const float (&v)[G4_NORM_VALUES], int cols, float eps) {
+template <int V>
+__device__ __forceinline__ float inv_rms(const float (&v)[V], int cols, float eps) {
     float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) sum += v[i] * v[i];
+    for (int i = 0; i < V; ++i) sum += v[i] * v[i];
     return 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
 }
 
 // Every input is loaded before the first reduction: one memory round trip per kernel.
-template <typename T>
+template <typename T, int V>
 __device__ void rms_norm(const T* x, const T* w, T* out, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[G4_NORM_VALUES], weight[G4_NORM_VALUES];
+    float v[V], weight[V];
     load_row(x + base, cols, v);
     load_row(w, cols, weight);
     const float inv = inv_rms(v, cols, eps);
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j < cols) out[base + j] = g4_from_f32<T>(v[i] * inv * weight[i]);
     }
 }
 
-template <typename T>
+template <typename T, int V>
 __device__ void rms_norm_plus_add(const T* residual, const T* x, const T* w, T* out, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[G4_NORM_VALUES], weight[G4_NORM_VALUES], res[G4_NORM_VALUES];
+    float v[V], weight[V], res[V];
     load_row(x + base, cols, v);
     load_row(w, cols, weight);
     load_row(residual + base, cols, res);
     const float inv = inv_rms(v, cols, eps);
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j < cols) out[base + j] = g4_from_f32<T>(res[i] + g4_round<T>(v[i] * inv * weight[i]));
     }
 }
 
-template <typename T>
+template <typename T, int V>
 __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
                                        T* out_y, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[G4_NORM_VALUES], weight1[G4_NORM_VALUES], weight2[G4_NORM_VALUES], res[G4_NORM_VALUES];
+    float v[V], weight1[V], weight2[V], res[V];
     load_row(x + base, cols, v);
     load_row(w1, cols, weight1);
     load_row(w2, cols, weight2);
@@ -68,7 +71,7 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     const float inv_x = inv_rms(v, cols, eps);
     // v becomes the new residual, rounded to T as it is stored: the second norm reads that.
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         const T r = g4_from_f32<T>(res[i] + g4_round<T>(v[i] * inv_x * weight1[i]));
         if (j < cols) out_residual[base + j] = r;
@@ -76,7 +79,7 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     }
     const float inv_r = inv_rms(v, cols, eps);
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j < cols) out_y[base + j] = g4_from_f32<T>(v[i] * inv_r * weight2[i]);
     }
@@ -90,7 +93,7 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
 // [heads, seq, d]. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
 #define G4_QKV_MAX_HEAD_DIM 512
 
-template <typename T>
+template <typename T, int V>
 __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin,
                               T* q_out, T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code,
                               float eps) {
@@ -114,14 +117,14 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
             rotate = false;
         }
     }
-    float v[G4_NORM_VALUES], weight[G4_NORM_VALUES];
+    float v[V], weight[V];
     load_row(qkv + (size_t)s * width + offset, d, v);
     load_row(w, d, weight);
     const float inv = inv_rms(v, d, eps);
     T* dst = out + ((size_t)out_head * seq + s) * d;
     if (!rotate) {  // the same for the whole block
 #pragma unroll
-        for (int i = 0; i < G4_NORM_VALUES; ++i) {
+        for (int i = 0; i < V; ++i) {
             const int j = threadIdx.x + i * blockDim.x;
             if (j < d) dst[j] = g4_from_f32<T>(v[i] * inv * weight[i]);
         }
@@ -129,7 +132,7 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
     }
     __shared__ float row[G4_QKV_MAX_HEAD_DIM];
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j < d) row[j] = g4_round<T>(v[i] * inv * weight[i]);
     }
@@ -147,18 +150,18 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
 // moe_inputs (src/kernels/moe_inputs.rs): an MoE layer's router input
 // rms_norm(r) × scale × factor and experts' input rms_norm(r; w), rounded to T after each step
 // as the composed arm stores them.
-template <typename T>
+template <typename T, int V>
 __device__ void moe_inputs(const T* residual, const T* router_scale, const T* experts_norm, T* router_out,
                            T* experts_out, int cols, float factor, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[G4_NORM_VALUES], scale[G4_NORM_VALUES], weight[G4_NORM_VALUES];
+    float v[V], scale[V], weight[V];
     load_row(residual + base, cols, v);
     load_row(router_scale, cols, scale);
     load_row(experts_norm, cols, weight);
     const float inv = inv_rms(v, cols, eps);
     const float rounded_factor = g4_round<T>(factor);
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j >= cols) continue;
         const float scaled = g4_round<T>(g4_round<T>(v[i] * inv) * scale[i]);
@@ -170,20 +173,20 @@ __device__ void moe_inputs(const T* residual, const T* router_scale, const T* ex
 // moe_output (src/kernels/moe_output.rs): r + rms_norm(rms_norm(dense; w1) + rms_norm(T(experts); w2); w3),
 // rounded to T where the composed arm stores an intermediate. The weights are read where they
 // are used (they stay in cache), to keep the registers for the three rows.
-template <typename T>
+template <typename T, int V>
 __device__ void moe_output(const T* residual, const T* dense, const float* experts, const T* w1, const T* w2,
                            const T* w3, T* out, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float d[G4_NORM_VALUES], e[G4_NORM_VALUES], res[G4_NORM_VALUES];
+    float d[V], e[V], res[V];
     load_row(dense + base, cols, d);
     load_row(experts + base, cols, e);
     load_row(residual + base, cols, res);
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) e[i] = g4_round<T>(e[i]);
+    for (int i = 0; i < V; ++i) e[i] = g4_round<T>(e[i]);
     const float inv_d = inv_rms(d, cols, eps), inv_e = inv_rms(e, cols, eps);
     // d becomes the branches' sum, rounded to T as it is stored: the block's norm reads that.
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         d[i] = j < cols ? g4_round<T>(g4_round<T>(d[i] * inv_d * g4_to_f32(w1[j])) +
                                       g4_round<T>(e[i] * inv_e * g4_to_f32(w2[j])))
@@ -191,39 +194,41 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     }
     const float inv_sum = inv_rms(d, cols, eps);
 #pragma unroll
-    for (int i = 0; i < G4_NORM_VALUES; ++i) {
+    for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j < cols) out[base + j] = g4_from_f32<T>(res[i] + g4_round<T>(d[i] * inv_sum * g4_to_f32(w3[j])));
     }
 }
 
-#define G4_NORMS(NAME, T)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_##NAME(const T* x, const T* w, T* out, int cols, float eps) {   \
-        rms_norm<T>(x, w, out, cols, eps);                                                                  \
+#define G4_NORM_KERNELS(NAME, T, V, WIDE)                                                                   \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
+        g4_rms_norm##WIDE##_##NAME(const T* x, const T* w, T* out, int cols, float eps) {                   \
+        rms_norm<T, V>(x, w, out, cols, eps);                                                               \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_plus_add_##NAME(const T* residual, const T* x, const T* w, T* out, \
-                                                            int cols, float eps) {                           \
-        rms_norm_plus_add<T>(residual, x, w, out, cols, eps);                                               \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_plus_add##WIDE##_##NAME(  \
+        const T* residual, const T* x, const T* w, T* out, int cols, float eps) {                           \
+        rms_norm_plus_add<T, V>(residual, x, w, out, cols, eps);                                            \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_dual_rms_norm_plus_res_##NAME(const T* residual, const T* x, const T* w1,   \
-                                                                 const T* w2, T* out_residual, T* out_y,      \
-                                                                 int cols, float eps) {                      \
-        dual_rms_norm_plus_res<T>(residual, x, w1, w2, out_residual, out_y, cols, eps);                     \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
+        g4_dual_rms_norm_plus_res##WIDE##_##NAME(const T* residual, const T* x, const T* w1, const T* w2,   \
+                                                 T* out_residual, T* out_y, int cols, float eps) {          \
+        dual_rms_norm_plus_res<T, V>(residual, x, w1, w2, out_residual, out_y, cols, eps);                  \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope_##NAME(              \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
         T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code, float eps) {             \
-        qkv_norm_rope<T>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, seq, q_heads, kv_heads, d,      \
-                         kv_code, eps);                                                                     \
+        qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, seq, q_heads, kv_heads, d,   \
+                            kv_code, eps);                                                                  \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs_##NAME(                 \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs##WIDE##_##NAME(        \
         const T* residual, const T* router_scale, const T* experts_norm, T* router_out, T* experts_out,       \
         int cols, float factor, float eps) {                                                                \
-        moe_inputs<T>(residual, router_scale, experts_norm, router_out, experts_out, cols, factor, eps);     \
+        moe_inputs<T, V>(residual, router_scale, experts_norm, router_out, experts_out, cols, factor, eps);  \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output_##NAME(                 \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output##WIDE##_##NAME(        \
         const T* residual, const T* dense, const float* experts, const T* w1, const T* w2, const T* w3,      \
         T* out, int cols, float eps) {                                                                      \
-        moe_output<T>(residual, dense, experts, w1, w2, w3, out, cols, eps);                                \
+        moe_output<T, V>(residual, dense, experts, w1, w2, w3, out, cols, eps);                             \
     }
+#define G4_NORMS(NAME, T) G4_NORM_KERNELS(NAME, T, 8, ) G4_NORM_KERNELS(NAME, T, 16, _wide)
 G4_FOR_FLOAT_TYPES(G4_NORMS)

@@ -93,6 +93,7 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
     enum Value {
         Pointer(u64),
         I32(i32),
+        U32(u32),
         Usize(usize),
         F32(f32),
     }
@@ -105,6 +106,7 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
                 Arg::OptionalTensor(Some(t)) => Value::Pointer(address(t, false, &stream)?),
                 Arg::OptionalTensor(None) => Value::Pointer(0),
                 Arg::I32(v) => Value::I32(*v),
+                Arg::U32(v) => Value::U32(*v),
                 Arg::Usize(v) => Value::Usize(*v),
                 Arg::F32(v) => Value::F32(*v),
             })
@@ -115,6 +117,7 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
         match value {
             Value::Pointer(p) => builder.arg(p),
             Value::I32(v) => builder.arg(v),
+            Value::U32(v) => builder.arg(v),
             Value::Usize(v) => builder.arg(v),
             Value::F32(v) => builder.arg(v),
         };

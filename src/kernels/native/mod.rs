@@ -294,6 +294,7 @@ pub enum Arg<'a> {
     /// A null pointer when absent (e.g. the weightless RMSNorm).
     OptionalTensor(Option<&'a Tensor>),
     I32(i32),
+    U32(u32),
     Usize(usize),
     F32(f32),
 }
@@ -344,8 +345,8 @@ pub fn elementwise(n: usize) -> Grid {
     }
 }
 
-/// Row elements a thread of the norm kernels aims to hold, and the most it can
-/// (`G4_NORM_VALUES`).
+/// Row elements a thread of the norm kernels aims to hold, and the most it can: each norm
+/// kernel comes in two register budgets, `V = 8` and `V = 16` (`_wide`; norms.cu).
 const ROW_VALUES_PER_THREAD: usize = 8;
 const ROW_VALUES_MAX: usize = 16;
 
@@ -353,17 +354,38 @@ const ROW_VALUES_MAX: usize = 16;
 /// four rows' worth of values per thread, too many registers for 1024-thread blocks.
 const ROW_MAX_THREADS: usize = 512;
 
+/// A launch of a norm kernel: one block per row, and the register budget the row needs.
+pub struct RowLaunch {
+    pub grid: Grid,
+    /// More than `ROW_VALUES_PER_THREAD` values per thread: the kernel's `_wide` variant.
+    wide: bool,
+}
+
+impl RowLaunch {
+    /// `g4_<kernel>[_wide]_<dtype>`.
+    pub fn kernel(&self, kernel: &str, dtype: DType) -> Result<String> {
+        if self.wide {
+            kernel_name(&format!("{kernel}_wide"), dtype)
+        } else {
+            kernel_name(kernel, dtype)
+        }
+    }
+}
+
 /// One block per row, with enough threads to hold the row in registers, and at least one whole
 /// warp of `lanes` (the block reductions shuffle across a full warp); `None` for rows wider
 /// than a block holds (8192 elements).
-pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<Grid> {
+pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
     let threads = cols
         .div_ceil(ROW_VALUES_PER_THREAD)
         .next_power_of_two()
         .clamp(lanes, ROW_MAX_THREADS);
-    (cols <= threads * ROW_VALUES_MAX).then_some(Grid {
-        blocks: rows as u32,
-        threads: threads as u32,
+    (cols <= threads * ROW_VALUES_MAX).then_some(RowLaunch {
+        grid: Grid {
+            blocks: rows as u32,
+            threads: threads as u32,
+        },
+        wide: cols > threads * ROW_VALUES_PER_THREAD,
     })
 }
 
@@ -536,14 +558,20 @@ mod tests {
     #[test]
     fn a_row_block_is_whole_warps_on_any_warp_width() {
         for lanes in WARP_WIDTHS {
-            for cols in [1, 16, 64, 256, 512, 2816, 5376, 8192] {
-                let grid = super::per_row(2, cols, lanes).unwrap();
-                let threads = grid.threads as usize;
+            for cols in [1, 16, 64, 256, 512, 2816, 4096, 4097, 5376, 8192] {
+                let launch = super::per_row(2, cols, lanes).unwrap();
+                let threads = launch.grid.threads as usize;
                 assert!(
                     threads.is_multiple_of(lanes) && threads <= 512,
                     "{cols} {lanes}"
                 );
-                assert!(cols <= threads * super::ROW_VALUES_MAX, "{cols} {lanes}");
+                let values = if launch.wide {
+                    super::ROW_VALUES_MAX
+                } else {
+                    super::ROW_VALUES_PER_THREAD
+                };
+                assert!(cols <= threads * values, "{cols} {lanes}");
+                assert_eq!(launch.wide, cols > 4096, "{cols} {lanes}");
             }
             assert!(super::per_row(1, 8200, lanes).is_none());
         }
