@@ -93,14 +93,12 @@ const CUDA_KERNEL_MAX_QUERIES: usize = 16;
 const NATIVE_MAX_HEAD_DIM: usize = 512;
 
 /// Keys per chunk of the split-K kernel, and the blocks to aim for: a decode step has only one
-/// query row per head, so its keys are what spreads the work over the GPU's SMs. Each warp walks
-/// its keys one after another, so a long context wants many chunks: at 512 blocks E4B's decode
-/// at 16k context ran at 0.68× its short-context rate (each warp walked 64 keys per chunk).
+/// query row per head, so its keys are what spreads the work over the GPU's SMs.
 const KEYS_PER_CHUNK: usize = 16;
 /// Warps per block of both kernels (`G4_ATTN_WARPS`: the chunk kernel strides its keys and
 /// merges its warps by this count, so a block must hold exactly this many on any warp width).
 const WARPS_PER_BLOCK: usize = 4;
-const TARGET_BLOCKS: usize = 2048;
+const TARGET_BLOCKS: usize = 512;
 
 /// Threads of the softmax kernel's block (one block per score row).
 const SOFTMAX_WARPS: usize = 4;
