@@ -181,7 +181,8 @@ fn native_fwd(
             Arg::I32(head_dim as i32),
             Arg::I32(splits as i32),
         ];
-        let grid = Grid::of_warps(rows, WARPS_PER_BLOCK, lanes);
+        let threads = WARPS_PER_BLOCK * lanes;
+        let grid = Grid::of_warps(rows * head_dim.div_ceil(threads), WARPS_PER_BLOCK, lanes);
         launch(
             &kernel_name("attention_merge", dtype)?,
             q.device(),

@@ -11,6 +11,9 @@
 
 #define G4_ATTN_MAX_D 512
 #define G4_ATTN_WARPS 4
+// Block size on a 64-lane GPU (the largest); at two such blocks per multiprocessor the chunk
+// kernel fits 128 registers, four of its 128-thread blocks per multiprocessor on NVIDIA GPUs.
+#define G4_ATTN_MAX_THREADS (G4_ATTN_WARPS * 64)
 
 template <typename T>
 __device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, T* out,
@@ -40,23 +43,32 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     for (int r = 0; r < slices; ++r) acc[r] = 0.0f;
     float running_max = -INFINITY, running_sum = 0.0f;
     // Warp w takes keys first + w, first + w + WARPS, …; it reads the mask of warp_size of them
-    // at once (one per lane) and skips hidden keys without loading K or V.
+    // at once (one per lane) and walks the visible ones, skipping hidden keys without loading K
+    // or V. The next visible key's K/V loads are issued before this key's arithmetic, so that a
+    // warp keeps two keys' loads in flight (one at a time left long contexts latency-bound).
     const int stride = G4_ATTN_WARPS;
     for (int base = first + warp; base < end; base += stride * warp_size) {
         const int mine = base + lane * stride;
         const float my_mask = mine >= end ? -INFINITY : (mask ? mask[(size_t)s * keys + mine] : 0.0f);
-        for (int i = 0; i < warp_size && base + i * stride < end; ++i) {
-            const float m = G4_SHFL(my_mask, i);
-            if (m == -INFINITY) continue;
+        unsigned long long visible = G4_BALLOT(my_mask != -INFINITY);
+        if (!visible) continue;
+        auto load = [&](int i, float (&k_val)[slices], float (&v_val)[slices]) {
             const T* k_row = k_head + (size_t)(base + i * stride) * d;
             const T* v_row = v_head + (size_t)(base + i * stride) * d;
-            float k_val[slices], v_val[slices];
 #pragma unroll
             for (int r = 0; r < slices; ++r) {
                 const int j = lane + r * warp_size;
                 k_val[r] = j < d ? g4_to_f32(k_row[j]) : 0.0f;
                 v_val[r] = j < d ? g4_to_f32(v_row[j]) : 0.0f;
             }
+        };
+        int i = __ffsll((long long)visible) - 1;
+        float k_val[slices], v_val[slices], k_next[slices], v_next[slices];
+        load(i, k_val, v_val);
+        while (true) {
+            visible &= visible - 1;
+            const int next = visible ? __ffsll((long long)visible) - 1 : -1;
+            if (next >= 0) load(next, k_next, v_next);
             float dot = 0.0f;
 #pragma unroll
             for (int r = 0; r < slices; ++r) {
@@ -64,13 +76,17 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
                 if (j < d) dot += q_row[j] * k_val[r];
             }
             for (int bits = warp_size / 2; bits > 0; bits >>= 1) dot += G4_SHFL_XOR(dot, bits);
-            const float score = dot * scale + m;
+            const float score = dot * scale + G4_SHFL(my_mask, i);
             const float new_max = fmaxf(running_max, score);
             const float correction = expf(running_max - new_max), p = expf(score - new_max);
             running_sum = running_sum * correction + p;
 #pragma unroll
             for (int r = 0; r < slices; ++r) acc[r] = acc[r] * correction + p * v_val[r];
             running_max = new_max;
+            if (next < 0) break;
+#pragma unroll
+            for (int r = 0; r < slices; ++r) k_val[r] = k_next[r], v_val[r] = v_next[r];
+            i = next;
         }
     }
     if (lane == 0) {
@@ -107,26 +123,27 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     }
 }
 
-// One block per query row: merges the row's chunks (a chunk with no visible key has max −∞).
+// Merges each query row's chunks (a chunk with no visible key has max −∞): a row's D outputs
+// are spread over several blocks (blockDim elements each), so that the few rows of a decode step
+// still fill the GPU when their chunks are many.
 template <typename T>
 __device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits) {
-    const int row = blockIdx.x;
+    const int blocks_per_row = (d + blockDim.x - 1) / blockDim.x;
+    const int row = blockIdx.x / blocks_per_row;
+    const int j = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
+    if (j >= d) return;
     const float* stats = partial_stats + (size_t)row * splits * 2;
     float total_max = -INFINITY;
     for (int c = 0; c < splits; ++c) total_max = fmaxf(total_max, stats[c * 2]);
-    float total = 0.0f;
+    float total = 0.0f, o = 0.0f;
     for (int c = 0; c < splits; ++c) {
-        if (stats[c * 2] != -INFINITY) total += stats[c * 2 + 1] * expf(stats[c * 2] - total_max);
-    }
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        float o = 0.0f;
-        for (int c = 0; c < splits; ++c) {
-            if (stats[c * 2] != -INFINITY) {
-                o += partial_acc[((size_t)row * splits + c) * d + j] * expf(stats[c * 2] - total_max);
-            }
+        if (stats[c * 2] != -INFINITY) {
+            const float weight = expf(stats[c * 2] - total_max);
+            total += stats[c * 2 + 1] * weight;
+            o += partial_acc[((size_t)row * splits + c) * d + j] * weight;
         }
-        out[(size_t)row * d + j] = g4_from_f32<T>(o / total);
     }
+    out[(size_t)row * d + j] = g4_from_f32<T>(o / total);
 }
 
 // The GEMM path of long query blocks: between cuBLAS's q·kᵀ and p·v, probs = softmax(scores ·
@@ -156,10 +173,10 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
 }
 
 #define G4_ATTENTION(NAME, T)                                                                               \
-    extern "C" __global__ void g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask,   \
-                                                   T* out, float* partial_acc, float* partial_stats,         \
-                                                   int heads, int kv_heads, int seq, int keys, int d,        \
-                                                   size_t kv_head_stride, float scale, int splits) {         \
+    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 2)                                     \
+        g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, T* out, float* partial_acc, \
+                            float* partial_stats, int heads, int kv_heads, int seq, int keys, int d,        \
+                            size_t kv_head_stride, float scale, int splits) {                               \
         attention_chunk<T>(q, k, v, mask, out, partial_acc, partial_stats, heads, kv_heads, seq, keys, d,    \
                            kv_head_stride, scale, splits);                                                   \
     }                                                                                                        \

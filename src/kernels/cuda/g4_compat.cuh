@@ -19,6 +19,7 @@ __device__ __forceinline__ g4_bf16 g4_f32_to_bf16(float f) {
 typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
 #define G4_SHFL(v, lane) __shfl((v), (lane))
+#define G4_BALLOT(pred) ((unsigned long long)__ballot(pred))
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,6 +29,7 @@ __device__ __forceinline__ g4_bf16 g4_f32_to_bf16(float f) { return __float2bflo
 typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
 #define G4_SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane))
+#define G4_BALLOT(pred) ((unsigned long long)__ballot_sync(0xffffffffu, (pred)))
 #endif
 
 #include <stdint.h>
