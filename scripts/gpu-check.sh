@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
 #   (scripts/kernel_breakdown.py, ncu; E4B's takes about 5 minutes); parity-e4b: g4 and
-#   transformers f32/bf16 against transformers f64 on E4B (scripts/parity.py); parity-31b: g4 and
+#   transformers f32/bf16 against transformers f64 on E4B (scripts/parity.py); parity-e2b: the
+#   same on a random-weight E2B; parity-31b: g4 and
 #   transformers bf16 against transformers f32 on a random-weight 31B (61 GB: the disk holds no
 #   other checkpoint beside it); moe: g4 on a random-weight 26B-A4B; moe-reference: transformers
 #   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it;
@@ -67,6 +68,12 @@ fi
 if [[ " $STEPS " == *" parity-e4b "* ]]; then
   echo "== parity: g4 and transformers f32/bf16 against transformers f64 (E4B)"
   python3 scripts/parity.py "$E4B" "$OUT/parity-e4b" --reference float64 --compare f32,bf16 --lengths 64,600,1100 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-e4b.txt"
+fi
+if [[ " $STEPS " == *" parity-e2b "* ]]; then
+  echo "== parity: g4 and transformers f32/bf16 against transformers f64 (E2B)"
+  E2B=/tmp/g4-e2b
+  [ -f "$E2B/config.json" ] || python3 scripts/e4b_reference.py build "$E2B" --preset e2b 2>&1 | grep -v -i warn
+  python3 scripts/parity.py "$E2B" "$OUT/parity-e2b" --reference float64 --compare f32,bf16 --lengths 64,600,1100 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-e2b.txt"
 fi
 if [[ " $STEPS " == *" parity-31b "* ]]; then
   echo "== parity: g4 and transformers bf16 against transformers f32 (31B)"
