@@ -313,7 +313,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "q[4×24×128] kv[2×30] window 8",
     },
     ShapePath {
-        shapes: "head_dim above 512",
+        shapes: "up to 16 queries with head_dim above 512",
         path: "composed",
         case: "q[2×2×576] kv[1×7]",
     },
