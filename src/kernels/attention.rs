@@ -116,11 +116,20 @@ fn native_fwd(
 ) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
+    let (_, kv_heads, keys, _) = k.dims4()?;
+    // The kernels index the mask as [S, T]; a broadcastable one would be read out of bounds.
+    if let Some(mask) = mask {
+        if mask.dims() != [seq, keys] {
+            candle_core::bail!(
+                "attention: mask {:?} for {seq} queries over {keys} keys (want [{seq}, {keys}])",
+                mask.dims()
+            );
+        }
+    }
     if seq > CUDA_KERNEL_MAX_QUERIES {
         return gemm_fwd(q, k, v, mask, scale);
     }
     let q = q.contiguous()?;
-    let (_, kv_heads, keys, _) = k.dims4()?;
     if head_dim > NATIVE_MAX_HEAD_DIM {
         return composed(&q, k, v, mask, scale);
     }
