@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|ab ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -17,6 +17,9 @@
 #   f64, the per-layer table on the host and on the device (fails beyond 10x transformers f32);
 #   tp (a machine with 2 GPUs): the tiny goldens over 2 ranks, then 31B and 26B-A4B bf16 on 1 GPU
 #   beside 2 (tensor parallelism over NCCL; libnccl.so.2 from the system or the nvidia-nccl wheel);
+#   ab (with G4_BASE=another g4 binary): E4B bf16 and its FP8 rewrite, G4_BASE and G4 alternated
+#   three times in this one call, with each round's ratio — later runs in a call can read slower
+#   for either binary, so a single old-then-new pair can mislead;
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -51,7 +54,7 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   tail -1 "$OUT/goldens-bf16.txt"
 fi
 E4B=/tmp/g4-e4b
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* || " $STEPS " == *" fp8 "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* || " $STEPS " == *" fp8 "* || " $STEPS " == *" ab "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
 fi
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
@@ -212,6 +215,33 @@ for test in ('pp512', 'tg64'):
     print(f"{test}: 1 GPU {best:.1f} (graph {rate(one, 'graph', test):.1f}, eager {rate(one, 'eager', test):.1f}), 2 GPUs {rate(two, 'eager', test):.1f}: {rate(two, 'eager', test) / best:.2f}x")
 PY
   done
+fi
+if [[ " $STEPS " == *" ab "* ]]; then
+  echo "== A/B: ${G4_BASE:?ab needs G4_BASE} against $G4, alternated, E4B bf16 and FP8"
+  E4B_FP8=/tmp/g4-e4b-fp8
+  [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
+  [ -f "$E4B_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$E4B" "$E4B_FP8"
+  for round in 1 2 3; do
+    for side in base new; do
+      binary=$G4; [ $side = base ] && binary=$G4_BASE
+      for ckpt in "$E4B" "$E4B_FP8"; do
+        $binary bench --model "$ckpt" --device cuda --dtype bf16 --tests pp512,tg128 --decode graph -r 2 --json \
+          > "$OUT/ab-$(basename "$ckpt")-$side-$round.json"
+      done
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+out = sys.argv[1]
+rate = lambda p, test: next(r["measurement"]["tokens_per_s_mean"] for r in json.load(open(p))["results"] if r["measurement"]["test"] == test)
+print("| checkpoint | round | test | base tok/s | new tok/s | new / base |")
+print("|---|---:|---|---:|---:|---:|")
+for ckpt in ("g4-e4b", "g4-e4b-fp8"):
+    for round in (1, 2, 3):
+        for test in ("pp512", "tg128"):
+            base, new = (rate(f"{out}/ab-{ckpt}-{side}-{round}.json", test) for side in ("base", "new"))
+            print(f"| {ckpt} | {round} | {test} | {base:.1f} | {new:.1f} | {new / base:.3f} |")
+PY
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
 exit $FAILED
