@@ -5,7 +5,8 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::{arm_for, Arm, Op};
+use super::native::{self, cpu};
+use super::{arm_for, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
@@ -33,6 +34,7 @@ pub fn attention_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(q, k, v, mask, scale),
+        Arm::Native(Backend::Cpu) => cpu_fwd(q, k, v, mask, scale),
         Arm::Native(_) => native_fwd(q, k, v, mask, scale),
     }
 }
@@ -84,6 +86,42 @@ fn around_scores(
     probs
         .matmul(&v.contiguous()?)?
         .reshape((batch, heads, seq, head_dim))
+}
+
+/// CPU arm: the composed arm's two GEMMs (candle's) around one vectorised pass per score row
+/// (`native/cpu.rs`) for its scale, mask and softmax, f32.
+fn cpu_fwd(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    let (Some(simd), DType::F32) = (cpu::simd(), q.dtype()) else {
+        return composed(q, k, v, mask, scale);
+    };
+    let (_, _, seq, _) = q.dims4()?;
+    let keys = k.dim(2)?;
+    if mask.is_some_and(|m| m.dims() != [seq, keys]) {
+        return composed(q, k, v, mask, scale);
+    }
+    let mask = mask.map(|m| m.to_dtype(DType::F32)).transpose()?;
+    around_scores(q, k, v, |scores, seq, keys| {
+        let probs = cpu::with_f32(&scores, |scores| match &mask {
+            Some(mask) => cpu::with_f32(mask, |mask| {
+                cpu::masked_softmax_f32(simd, scores, Some(mask), seq, keys, scale as f32)
+            }),
+            None => Ok(cpu::masked_softmax_f32(
+                simd,
+                scores,
+                None,
+                seq,
+                keys,
+                scale as f32,
+            )),
+        })??;
+        Tensor::from_vec(probs, scores.shape(), scores.device())
+    })
 }
 
 /// Query blocks longer than this go through cuBLAS GEMMs: the row kernel re-reads K/V per query
@@ -277,7 +315,9 @@ pub fn reference(
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).shape_paths(SHAPE_PATHS),
+    spec: OpSpec::floats(ToleranceClass::RoundsIntermediate)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
+        .shape_paths(SHAPE_PATHS),
     cases,
     run,
     mutants: &[

@@ -305,6 +305,101 @@ fn rms_norm_portable(
     }
 }
 
+/// `softmax(scores · scale + mask)` over rows of `keys` in f32: attention's probabilities, whose
+/// rows are query groups of `seq` queries, so row r reads mask row `r % seq` (`[seq, keys]`,
+/// additive; absent: every key visible). A row with no visible key is zeros.
+pub fn masked_softmax_f32(
+    simd: Simd,
+    scores: &[f32],
+    mask: Option<&[f32]>,
+    seq: usize,
+    keys: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let mut out = vec![0f32; scores.len()];
+    let keys = keys.max(1);
+    let row = |(r, (scores, out)): (usize, (&[f32], &mut [f32]))| {
+        let mask = mask.map(|m| &m[(r % seq) * keys..][..keys]);
+        masked_softmax_row(simd, scores, mask, scale, out);
+    };
+    if out.len() < PARALLEL_ELEMENTS {
+        scores
+            .chunks(keys)
+            .zip(out.chunks_mut(keys))
+            .enumerate()
+            .for_each(row);
+    } else {
+        scores
+            .par_chunks(keys)
+            .zip(out.par_chunks_mut(keys))
+            .enumerate()
+            .for_each(row);
+    }
+    out
+}
+
+simd_kernel! {
+    /// One row of [`masked_softmax_f32`].
+    fn masked_softmax_row(scores: &[f32], mask: Option<&[f32]>, scale: f32, out: &mut [f32])
+        => masked_softmax_portable
+}
+
+/// One row of [`masked_softmax_f32`]: the logits into `out`, then max, `e^(x − max)` and its sum
+/// (each over `LANES` partial results, so that they vectorise), then the quotients.
+#[inline(always)]
+fn masked_softmax_portable(scores: &[f32], mask: Option<&[f32]>, scale: f32, out: &mut [f32]) {
+    match mask {
+        Some(mask) => {
+            for ((o, &s), &m) in out.iter_mut().zip(scores).zip(mask) {
+                *o = s * scale + m;
+            }
+        }
+        None => {
+            for (o, &s) in out.iter_mut().zip(scores) {
+                *o = s * scale;
+            }
+        }
+    }
+    let whole = out.len() / LANES * LANES;
+    let mut partial = [f32::NEG_INFINITY; LANES];
+    for chunk in out[..whole].chunks_exact(LANES) {
+        for (p, &v) in partial.iter_mut().zip(chunk) {
+            *p = if v > *p { v } else { *p };
+        }
+    }
+    let max = out[whole..]
+        .iter()
+        .chain(&partial)
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    if max == f32::NEG_INFINITY {
+        out.fill(0.0);
+        return;
+    }
+    // A hidden key (−∞) gets exactly 0: exp_f32 alone would flush it to e^−87.
+    let exp = |v: f32| {
+        if v == f32::NEG_INFINITY {
+            0.0
+        } else {
+            exp_f32(v - max)
+        }
+    };
+    let mut partial = [0f32; LANES];
+    for chunk in out[..whole].chunks_exact_mut(LANES) {
+        for (p, v) in partial.iter_mut().zip(chunk) {
+            *v = exp(*v);
+            *p += *v;
+        }
+    }
+    let mut sum: f32 = partial.iter().sum();
+    for v in &mut out[whole..] {
+        *v = exp(*v);
+        sum += *v;
+    }
+    for v in out.iter_mut() {
+        *v /= sum;
+    }
+}
+
 /// f32 lanes of the portable kernels' partial sums: two AVX-512 vectors, four AVX2 ones.
 const LANES: usize = 32;
 
@@ -498,6 +593,45 @@ mod tests {
             }
             let normed = rms_norm_f32(simd, &x, 50, None, None, 1e-6);
             assert!(normed[..50].iter().all(|v| v.is_nan()), "{simd:?} rms_norm");
+            let probs = masked_softmax_f32(simd, &x, None, 1, 50, 1.0);
+            assert!(probs.iter().all(|v| v.is_nan()), "{simd:?} masked_softmax");
+        }
+    }
+
+    /// Hidden keys get exactly zero, a row with none visible is zeros (not NaN), and a row
+    /// longer than the partial-result lanes matches an f64 softmax.
+    #[test]
+    fn masked_softmax_hides_keys_exactly() {
+        let Some(simd) = simd() else {
+            return;
+        };
+        let keys = 70;
+        let scores: Vec<f32> = (0..2 * keys)
+            .map(|i| (i as f32 * 0.61).sin() * 4.0)
+            .collect();
+        let mut mask = vec![0f32; 2 * keys];
+        mask[keys..].fill(f32::NEG_INFINITY);
+        for hidden in [3, 40, 69] {
+            mask[hidden] = f32::NEG_INFINITY;
+        }
+        // Two query rows (seq 2): row r reads mask row r % 2.
+        let probs = masked_softmax_f32(simd, &scores, Some(&mask), 2, keys, 0.5);
+        assert!(probs[keys..].iter().all(|&p| p == 0.0), "no visible key");
+        let logits: Vec<f64> = (0..keys)
+            .map(|i| scores[i] as f64 * 0.5 + mask[i] as f64)
+            .collect();
+        let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = logits.iter().map(|l| (l - max).exp()).sum();
+        for (i, l) in logits.iter().enumerate() {
+            let want = (l - max).exp() / total;
+            assert!(
+                (probs[i] as f64 - want).abs() < 1e-6,
+                "key {i}: {} vs {want}",
+                probs[i]
+            );
+            if l.is_infinite() {
+                assert_eq!(probs[i], 0.0, "hidden key {i}");
+            }
         }
     }
 }
