@@ -54,7 +54,7 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   tail -1 "$OUT/goldens-bf16.txt"
 fi
 E4B=/tmp/g4-e4b
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* || " $STEPS " == *" fp8 "* || " $STEPS " == *" ab "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* || " $STEPS " == *" fp8 "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
 fi
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then

@@ -32,6 +32,17 @@ pub fn attention_on(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
+    // The native kernels index the mask as [S, T]: a broadcastable one would be read out of
+    // bounds there, so every arm refuses it alike.
+    if let Some(mask) = mask {
+        let (seq, keys) = (q.dim(2)?, k.dim(2)?);
+        if mask.dims() != [seq, keys] {
+            candle_core::bail!(
+                "attention: mask {:?} for {seq} queries over {keys} keys (want [{seq}, {keys}])",
+                mask.dims()
+            );
+        }
+    }
     match arm {
         Arm::Composed => composed(q, k, v, mask, scale),
         Arm::Native(Backend::Cpu) => cpu_fwd(q, k, v, mask, scale),
@@ -100,11 +111,6 @@ fn cpu_fwd(
     let (Some(simd), DType::F32) = (cpu::simd(), q.dtype()) else {
         return composed(q, k, v, mask, scale);
     };
-    let (_, _, seq, _) = q.dims4()?;
-    let keys = k.dim(2)?;
-    if mask.is_some_and(|m| m.dims() != [seq, keys]) {
-        return composed(q, k, v, mask, scale);
-    }
     let mask = mask.map(|m| m.to_dtype(DType::F32)).transpose()?;
     around_scores(q, k, v, |scores, seq, keys| {
         let probs = cpu::with_f32(&scores, |scores| match &mask {
@@ -155,15 +161,6 @@ fn native_fwd(
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
-    // The kernels index the mask as [S, T]; a broadcastable one would be read out of bounds.
-    if let Some(mask) = mask {
-        if mask.dims() != [seq, keys] {
-            candle_core::bail!(
-                "attention: mask {:?} for {seq} queries over {keys} keys (want [{seq}, {keys}])",
-                mask.dims()
-            );
-        }
-    }
     if seq > CUDA_KERNEL_MAX_QUERIES {
         return gemm_fwd(q, k, v, mask, scale);
     }
@@ -438,4 +435,24 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
         c.optional_raw(0),
         c.scale,
     )?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mask that is not `[S, T]` is refused by every arm (the native kernels would read a
+    /// broadcastable one out of bounds), not broadcast by some and misread by others.
+    #[test]
+    fn a_mask_that_is_not_queries_by_keys_is_refused_by_every_arm() -> Result<()> {
+        let device = Device::Cpu;
+        let q = Tensor::zeros((1, 2, 3, 8), DType::F32, &device)?;
+        let kv = Tensor::zeros((1, 1, 5, 8), DType::F32, &device)?;
+        let broadcastable = Tensor::zeros((1, 5), DType::F32, &device)?;
+        for arm in [Arm::Composed, Arm::Native(Backend::Cpu)] {
+            let err = attention_on(arm, &q, &kv, &kv, Some(&broadcastable), 1.0).unwrap_err();
+            assert!(err.to_string().contains("want [3, 5]"), "{arm:?}: {err}");
+        }
+        Ok(())
+    }
 }

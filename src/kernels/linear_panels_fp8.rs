@@ -29,8 +29,8 @@ pub fn pack(weight: &Tensor, scale: &Tensor) -> Result<(Tensor, Tensor)> {
 
 /// `f` over `t`'s host copy, the result moved back to `t`'s device: candle 0.11.1's CUDA copy
 /// kernels for e4m3 are looked up under names its kernel module does not have (probe-ops on the
-/// H200 found it), so packing and unpacking e4m3 happen in host memory there. Only the probe
-/// packs on a GPU; a model packs panels for CPUs alone.
+/// H200 found it), so packing, and unpacking with the dequantisation, happen in host memory
+/// there (one round trip). Only the probe packs on a GPU; a model packs panels for CPUs alone.
 fn on_host(t: &Tensor, f: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
     if t.device().is_cpu() {
         return f(t);
@@ -59,10 +59,10 @@ pub fn linear_panels_fp8_on(
 
 /// The panels unpacked and dequantised with candle's ops, then `linear`'s composed arm.
 pub fn composed(x: &Tensor, panels: &Tensor, scale: &Tensor, n: usize) -> Result<Tensor> {
-    let weight = on_host(panels, |panels| {
-        linear_panels::unpack(panels, n)?.contiguous()
+    let scale = scale.narrow(0, 0, n)?.to_device(&Device::Cpu)?;
+    let dense = on_host(panels, |panels| {
+        dequant_fp8_channel::composed(&linear_panels::unpack(panels, n)?, &scale, x.dtype())
     })?;
-    let dense = dequant_fp8_channel::composed(&weight, &scale.narrow(0, 0, n)?, x.dtype())?;
     linear::composed(x, &dense)
 }
 
