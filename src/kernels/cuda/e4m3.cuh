@@ -1,11 +1,36 @@
 // e4m3 (FP8) weights decoded in registers, shared by the kernels that read FP8 checkpoints.
+// A decode GEMV over e4m3 is bound by the instructions that decode it (16 weights per 16-byte
+// load), so the decode is as short as each target allows. Both ways give the weight divided by
+// G4_E4M3_UNIT exactly (every e4m3 value is an f16 value, and so is 1/256 of it); the kernels
+// fold G4_E4M3_UNIT into the row scale once.
 #pragma once
 #include "g4_compat.cuh"
 
-// Four e4m3 bytes of a 32-bit word as floats times 2^-8, exactly: each byte's sign and 7 low bits
-// moved into an f16 (e4m3's exponent field lands in f16's, whose bias is 8 more; subnormals map to
-// subnormals), then widened. The NaN encoding S.1111.111 reads as ±480; quantisers never store it.
-__device__ __forceinline__ void e4m3x4_to_f32_times_2_pow_minus_8(uint32_t bytes, float out[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// Ada and Hopper convert two e4m3 bytes to two f16 in one instruction.
+#define G4_E4M3_UNIT 1.0f
+
+__device__ __forceinline__ void e4m3x4_to_f32_over_unit(uint32_t bytes, float out[4]) {
+    uint32_t low, high;
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;\n\t}"
+        : "=r"(low), "=r"(high)
+        : "r"(bytes));
+    const float2 first = __half22float2(*reinterpret_cast<const __half2*>(&low));
+    const float2 second = __half22float2(*reinterpret_cast<const __half2*>(&high));
+    out[0] = first.x;
+    out[1] = first.y;
+    out[2] = second.x;
+    out[3] = second.y;
+}
+#else
+// Elsewhere each byte's sign and 7 low bits are moved into an f16 (e4m3's exponent field lands
+// in f16's, whose bias is 8 more, so the value comes out times 2^-8; subnormals map to
+// subnormals), then widened. The NaN encoding S.1111.111 reads as ±480 here; quantisers never
+// store it.
+#define G4_E4M3_UNIT 256.0f
+
+__device__ __forceinline__ void e4m3x4_to_f32_over_unit(uint32_t bytes, float out[4]) {
     const uint32_t even = ((bytes & 0x00800080u) << 8) | ((bytes & 0x007f007fu) << 7);
     const uint32_t odd = (bytes & 0x80008000u) | ((bytes & 0x7f007f00u) >> 1);
     out[0] = __half2float(__ushort_as_half((unsigned short)(even & 0xffffu)));
@@ -13,11 +38,12 @@ __device__ __forceinline__ void e4m3x4_to_f32_times_2_pow_minus_8(uint32_t bytes
     out[2] = __half2float(__ushort_as_half((unsigned short)(even >> 16)));
     out[3] = __half2float(__ushort_as_half((unsigned short)(odd >> 16)));
 }
+#endif
 
-// The 16 e4m3 weights of one 16-byte load, times 2^-8 (see above).
-__device__ __forceinline__ void e4m3x16_to_f32_times_2_pow_minus_8(const uint4& bytes, float out[16]) {
-    e4m3x4_to_f32_times_2_pow_minus_8(bytes.x, out);
-    e4m3x4_to_f32_times_2_pow_minus_8(bytes.y, out + 4);
-    e4m3x4_to_f32_times_2_pow_minus_8(bytes.z, out + 8);
-    e4m3x4_to_f32_times_2_pow_minus_8(bytes.w, out + 12);
+// The 16 e4m3 weights of one 16-byte load, divided by G4_E4M3_UNIT.
+__device__ __forceinline__ void e4m3x16_to_f32_over_unit(const uint4& bytes, float out[16]) {
+    e4m3x4_to_f32_over_unit(bytes.x, out);
+    e4m3x4_to_f32_over_unit(bytes.y, out + 4);
+    e4m3x4_to_f32_over_unit(bytes.z, out + 8);
+    e4m3x4_to_f32_over_unit(bytes.w, out + 12);
 }

@@ -13,10 +13,10 @@ __device__ __forceinline__ float e4m3_to_f32(uint8_t bits) {
 }
 
 // dequant_fp8_channel: W = f32(W_e4m3) × scale[row], cast to T. Rows of whole 16-byte vectors
-// are read 16 weights per load and decoded in registers (e4m3 × 2^-8 × (scale × 2^8) is the same
-// product, rounded once); each thread first issues G4_DEQUANT_LOADS independent loads, since a
-// single one per thread leaves too few bytes in flight to reach HBM's rate. Other widths go one
-// weight at a time.
+// are read 16 weights per load and decoded in registers (e4m3 / unit × (scale × unit) is the
+// same product, rounded once: see e4m3.cuh); each thread first issues G4_DEQUANT_LOADS
+// independent loads, since a single one per thread leaves too few bytes in flight to reach HBM's
+// rate. Other widths go one weight at a time.
 #define G4_DEQUANT_LOADS 4
 template <typename T>
 __device__ void dequant_fp8_channel(const uint8_t* w, const float* scale, T* out, size_t rows, size_t cols) {
@@ -36,8 +36,8 @@ __device__ void dequant_fp8_channel(const uint8_t* w, const float* scale, T* out
                 const unsigned g = (unsigned)(start + j * stride);
                 if (g >= groups) break;
                 float v[16];
-                e4m3x16_to_f32_times_2_pow_minus_8(bytes[j], v);
-                const float s = scale[g / groups_per_row] * 256.0f;
+                e4m3x16_to_f32_over_unit(bytes[j], v);
+                const float s = scale[g / groups_per_row] * G4_E4M3_UNIT;
                 __align__(16) T values[16];
 #pragma unroll
                 for (int e = 0; e < 16; ++e) values[e] = g4_from_f32<T>(v[e] * s);
@@ -63,10 +63,11 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
 // matmul_bt_fp8_channel for a few rows of X (decode): Y[m, n] = scale[n] · Σ_k X[m, k]·e4m3(W[n, k]).
 // linear.cu's GEMV with e4m3 weights: warps_per_col warps split each column's K, every lane issues
 // a batch of independent 16-byte loads (16 weights each) before decoding them in registers, and
-// the row scale (with the decode's 2^8) multiplies the f32 sum once. The weights are never
-// materialised in T, so decode reads half of bf16's bytes. (Measured on E4B, H200: two columns
-// per warp sharing each X conversion, or the next batch loaded before this one is used, were no
-// faster; a one-row variant was, 180 → 209 tok/s.)
+// the row scale (times the decode's G4_E4M3_UNIT) multiplies the f32 sum once. The weights are
+// never materialised in T, so decode reads half of bf16's bytes. (Measured on E4B, H200: two
+// columns per warp sharing each X conversion, or the next batch loaded before this one is used,
+// were no faster; a one-row variant was, 180 → 209 tok/s; 16 loads per lane instead of 8 were
+// slower, 232 → 207.)
 #define G4_FP8_MAX_ROWS 8
 #define G4_FP8_BATCH 8
 #define G4_FP8_MAX_WARPS 32
@@ -99,7 +100,7 @@ __device__ void linear_fp8(const T* x, const uint8_t* w, const float* scale, T* 
                 const int i = base + u * step;
                 if (i >= vectors) break;
                 float wf[weights_per_vector];
-                e4m3x16_to_f32_times_2_pow_minus_8(batch[u], wf);
+                e4m3x16_to_f32_over_unit(batch[u], wf);
 #pragma unroll
                 for (int r = 0; r < MAX_ROWS; ++r) {
                     if (r >= m) break;
@@ -127,7 +128,7 @@ __device__ void linear_fp8(const T* x, const uint8_t* w, const float* scale, T* 
     if (part == 0 && lane < m && col < n) {
         float total = 0.0f;
         for (int p = 0; p < warps_per_col; ++p) total += partial[warp + p][lane];
-        y[(size_t)lane * n + col] = g4_from_f32<T>(total * (scale[col] * 256.0f));
+        y[(size_t)lane * n + col] = g4_from_f32<T>(total * (scale[col] * G4_E4M3_UNIT));
     }
 }
 

@@ -10,7 +10,7 @@
 #define G4_LINEAR_BATCH 8
 #define G4_LINEAR_MAX_WARPS 32
 
-template <typename T>
+template <typename T, int MAX_ROWS>
 __device__ void linear(const T* x, const T* w, T* y, int m, int n, int k, int warps_per_col) {
     constexpr int per_vector = 16 / sizeof(T);
     const int warp_size = warpSize;
@@ -21,9 +21,9 @@ __device__ void linear(const T* x, const T* w, T* y, int m, int n, int k, int wa
     const int vectors = k / per_vector;
     const int step = warp_size * warps_per_col;
     // Fixed bounds (unrolled, guarded) keep the sums and the batch in registers.
-    float sum[G4_LINEAR_MAX_ROWS];
+    float sum[MAX_ROWS];
 #pragma unroll
-    for (int r = 0; r < G4_LINEAR_MAX_ROWS; ++r) sum[r] = 0.0f;
+    for (int r = 0; r < MAX_ROWS; ++r) sum[r] = 0.0f;
     if (col < n) {
         const uint4* w_col = reinterpret_cast<const uint4*>(w + (size_t)col * k);
         for (int base = part * warp_size + lane; base < vectors; base += step * G4_LINEAR_BATCH) {
@@ -39,7 +39,7 @@ __device__ void linear(const T* x, const T* w, T* y, int m, int n, int k, int wa
                 if (i >= vectors) break;
                 const T* wt = reinterpret_cast<const T*>(&batch[u]);
 #pragma unroll
-                for (int r = 0; r < G4_LINEAR_MAX_ROWS; ++r) {
+                for (int r = 0; r < MAX_ROWS; ++r) {
                     if (r >= m) break;
                     const uint4 xv = reinterpret_cast<const uint4*>(x + (size_t)r * k)[i];
                     const T* xt = reinterpret_cast<const T*>(&xv);
@@ -49,9 +49,9 @@ __device__ void linear(const T* x, const T* w, T* y, int m, int n, int k, int wa
             }
         }
     }
-    __shared__ float partial[G4_LINEAR_MAX_WARPS][G4_LINEAR_MAX_ROWS];
+    __shared__ float partial[G4_LINEAR_MAX_WARPS][MAX_ROWS];
 #pragma unroll
-    for (int r = 0; r < G4_LINEAR_MAX_ROWS; ++r) {
+    for (int r = 0; r < MAX_ROWS; ++r) {
         if (r >= m) break;
         float s = sum[r];
         for (int bits = warp_size / 2; bits > 0; bits >>= 1) s += G4_SHFL_XOR(s, bits);
@@ -65,9 +65,15 @@ __device__ void linear(const T* x, const T* w, T* y, int m, int n, int k, int wa
     }
 }
 
+// One entry point for decode's single row (fewer registers, more warps in flight) and one for up
+// to G4_LINEAR_MAX_ROWS.
 #define G4_LINEAR(NAME, T)                                                                                  \
     extern "C" __global__ void g4_linear_##NAME(const T* x, const T* w, T* y, int m, int n, int k,         \
                                                 int warps_per_col) {                                        \
-        linear<T>(x, w, y, m, n, k, warps_per_col);                                                         \
+        linear<T, G4_LINEAR_MAX_ROWS>(x, w, y, m, n, k, warps_per_col);                                     \
+    }                                                                                                       \
+    extern "C" __global__ void g4_linear_one_row_##NAME(const T* x, const T* w, T* y, int m, int n, int k, \
+                                                        int warps_per_col) {                                \
+        linear<T, 1>(x, w, y, m, n, k, warps_per_col);                                                      \
     }
 G4_FOR_FLOAT_TYPES(G4_LINEAR)

@@ -27,12 +27,12 @@ struct DenseWeights {
     __device__ static float row_scale(const float*, size_t) { return 1.0f; }
 };
 
-// e4m3 weights with one f32 scale per row: 16 per load, decoded times 2^-8 (undone with the scale).
+// e4m3 weights with one f32 scale per row: 16 per load, decoded over G4_E4M3_UNIT (undone with the scale).
 struct E4m3Weights {
     typedef uint8_t Stored;
     static constexpr int per_vector = 16;
-    __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_times_2_pow_minus_8(v, out); }
-    __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * 256.0f; }
+    __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_over_unit(v, out); }
+    __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * G4_E4M3_UNIT; }
 };
 
 // The x values that meet weight vector i of a row: W::per_vector of them, as floats.
