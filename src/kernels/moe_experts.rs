@@ -230,16 +230,12 @@ pub(super) fn launch_decode(
     let h = empty((tokens * slots, width), x.dtype(), x.device())?;
     let out = empty((tokens, hidden), DType::F32, x.device())?;
     let lanes = warp_lanes(x.device());
-    let per_vector = 16 / gate_up.weight.dtype().size_in_bytes();
-    let [gate_up_launch, down_launch] =
-        expert_launches(tokens, slots, hidden, width, per_vector, lanes);
-    let sizes = |launch: &ExpertLaunch| {
+    let (gate_up_grid, down_grid) = expert_grids(tokens, slots, hidden, width, lanes);
+    let sizes = || {
         [
-            Arg::I32(tokens as i32),
             Arg::I32(slots as i32),
             Arg::I32(hidden as i32),
             Arg::I32(width as i32),
-            Arg::I32(launch.parts as i32),
         ]
     };
     let mut args = vec![
@@ -249,11 +245,11 @@ pub(super) fn launch_decode(
     ];
     args.extend(gate_up_scale.as_ref().map(Arg::Tensor));
     args.push(Arg::Tensor(&h));
-    args.extend(sizes(&gate_up_launch));
+    args.extend(sizes());
     launch(
         &kernel_name(&format!("{kernel}_gate_up"), x.dtype())?,
         x.device(),
-        gate_up_launch.grid,
+        gate_up_grid,
         &args,
     )?;
     let mut args = vec![
@@ -264,11 +260,11 @@ pub(super) fn launch_decode(
     ];
     args.extend(down_scale.as_ref().map(Arg::Tensor));
     args.push(Arg::Tensor(&out));
-    args.extend(sizes(&down_launch));
+    args.extend(sizes());
     launch(
         &kernel_name(&format!("{kernel}_down"), x.dtype())?,
         x.device(),
-        down_launch.grid,
+        down_grid,
         &args,
     )?;
     Ok(out)
@@ -422,78 +418,55 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     Ok(vec![moe_experts_on(arm, f(0), c.raw(0), f(1), f(2), f(3))?])
 }
 
-/// One decode kernel's launch: `parts` warps (a power of two dividing `WARPS_PER_BLOCK`) share
-/// each output, and blocks of `WARPS_PER_BLOCK` warps cover every output.
-pub(super) struct ExpertLaunch {
-    pub grid: super::native::Grid,
-    pub parts: usize,
-}
-
-/// W loads each lane issues before using them (`G4_MOE_BATCH`).
-const LOADS_PER_LANE: usize = 8;
-
-/// The two kernels' launches: gate_up's outputs are the (row, column) pairs of the `tokens ·
-/// slots` rows of width `width`, each reading two weight rows of `hidden`; down's are the (token,
-/// column) pairs, each reading `slots` rows of `width`. An output's weight vectors (of
-/// `per_vector` weights) are split over enough warps that every lane issues its loads in one
-/// batch: a single warp per output leaves down, at 26B-A4B's sizes, three round trips deep and
-/// with fewer warps than the GPU holds.
-pub(super) fn expert_launches(
+/// The two kernels' launches: gate_up gives a warp each (row, column) of the `tokens · slots`
+/// rows of width `width`, down each (token, output column); blocks of `WARPS_PER_BLOCK` warps
+/// on `lanes`-wide warps.
+pub(super) fn expert_grids(
     tokens: usize,
     slots: usize,
     hidden: usize,
     width: usize,
-    per_vector: usize,
     lanes: usize,
-) -> [ExpertLaunch; 2] {
+) -> (super::native::Grid, super::native::Grid) {
     use super::native::Grid;
-    let launch = |outputs: usize, vectors: usize| {
-        let parts = vectors
-            .div_ceil(lanes * LOADS_PER_LANE)
-            .next_power_of_two()
-            .clamp(1, WARPS_PER_BLOCK);
-        ExpertLaunch {
-            grid: Grid::of_warps(
-                outputs.div_ceil(WARPS_PER_BLOCK / parts),
-                WARPS_PER_BLOCK,
-                lanes,
-            ),
-            parts,
-        }
-    };
-    [
-        launch(tokens * slots * width, hidden / per_vector),
-        launch(tokens * hidden, slots * width / per_vector),
-    ]
+    (
+        Grid::of_warps(
+            tokens * slots * width.div_ceil(WARPS_PER_BLOCK),
+            WARPS_PER_BLOCK,
+            lanes,
+        ),
+        Grid::of_warps(
+            tokens * hidden.div_ceil(WARPS_PER_BLOCK),
+            WARPS_PER_BLOCK,
+            lanes,
+        ),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use crate::kernels::native::WARP_WIDTHS;
 
-    /// The kernels read their block's warp count from blockDim and warpSize, and give each
-    /// output `parts` warps of one block: every output must fall in some block, on 32- and 64-lane
-    /// warps, and every block must hold `WARPS_PER_BLOCK` warps.
+    /// The kernels read their block's warp count from blockDim and warpSize and walk rows (or
+    /// tokens) block by block: every block must hold `WARPS_PER_BLOCK` warps.
     #[test]
-    fn the_launches_cover_every_output_on_any_warp_width() {
+    fn the_grids_cover_every_output_on_any_warp_width() {
         for lanes in WARP_WIDTHS {
-            for (tokens, slots, hidden, width, per_vector) in [
-                (1, 8, 2816, 704, 8),
-                (1, 8, 2816, 704, 16),
-                (3, 2, 64, 24, 4),
-                (8, 8, 100, 9, 1),
-            ] {
-                let [gate_up, down] =
-                    super::expert_launches(tokens, slots, hidden, width, per_vector, lanes);
-                for (launch, outputs) in
-                    [(gate_up, tokens * slots * width), (down, tokens * hidden)]
-                {
-                    assert_eq!(launch.grid.warps(lanes), super::WARPS_PER_BLOCK);
-                    assert!(launch.parts.is_power_of_two());
-                    assert_eq!(super::WARPS_PER_BLOCK % launch.parts, 0);
-                    let per_block = super::WARPS_PER_BLOCK / launch.parts;
-                    assert!(launch.grid.blocks as usize * per_block >= outputs);
+            for (tokens, slots, hidden, width) in
+                [(1, 8, 2816, 704), (3, 2, 64, 24), (8, 8, 100, 9)]
+            {
+                let (gate_up, down) = super::expert_grids(tokens, slots, hidden, width, lanes);
+                for grid in [gate_up, down] {
+                    assert_eq!(grid.warps(lanes), super::WARPS_PER_BLOCK);
                 }
+                let per_row = width.div_ceil(super::WARPS_PER_BLOCK);
+                assert_eq!(gate_up.blocks as usize, tokens * slots * per_row);
+                assert!(per_row * super::WARPS_PER_BLOCK >= width);
+                let per_token = hidden.div_ceil(super::WARPS_PER_BLOCK);
+                assert!(
+                    down.blocks as usize == tokens * per_token
+                        && per_token * super::WARPS_PER_BLOCK >= hidden
+                );
             }
         }
     }

@@ -3,8 +3,8 @@
 // with MoE layers can be captured as a graph.
 //   gate_up: h[r, j] = gelu(x[t]·Wgu[e, j]) · (x[t]·Wgu[e, W + j])   r = t·K + slot, e = ids[r]
 //   down:    out[t, c] = Σ_slot w[r] · (h[r]·Wd[e, c])                (f32)
-// One or more warps reduce each output with batches of independent 16-byte loads (a decode GEMV
-// is bound by memory latency unless many loads are in flight); rounding to T
+// Each warp reduces one output over its whole row with batches of independent 16-byte loads
+// (a decode GEMV is bound by memory latency unless many loads are in flight); rounding to T
 // happens where the composed arm stores an intermediate in T. The weights are T (moe_experts)
 // or e4m3 with one f32 scale per row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in
 // registers, the scale applied to each row's sum).
@@ -49,42 +49,35 @@ __device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
     }
 }
 
-// The warps of one output (`parts` of them, a power of two that divides the block's warps) split
-// its weight vectors, so that each lane's loads go out in one batch even for long rows; lane 0 of
-// each warp leaves its sums here, and the output's first warp adds them up in order.
-#define G4_MOE_MAX_WARPS 32
-
-// gate_up: output o = r · width + j (row r of the tokens · slots rows, column j).
+// gate_up: one warp per (row r, column j); blocks run over the columns of row 0, then row 1, ...
 template <typename T, typename W>
 __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typename W::Stored* gate_up,
-                                    const float* scale, T* h, int tokens, int slots, int hidden, int width,
-                                    int parts) {
+                                    const float* scale, T* h, int slots, int hidden, int width) {
     const int warp_size = warpSize;
-    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const int output = blockIdx.x * (blockDim.x / warp_size / parts) + warp / parts;
-    const int part = warp % parts;
-    // Warps past the last output read nothing but still meet the block's barrier.
-    const bool active = output < tokens * slots * width;
-    const int r = active ? output / width : 0, j = active ? output % width : 0;
+    const int lane = threadIdx.x % warp_size;
+    const int warps = blockDim.x / warp_size;
+    const int blocks_per_row = (width + warps - 1) / warps;
+    const int r = blockIdx.x / blocks_per_row;
+    const int j = (blockIdx.x % blocks_per_row) * warps + threadIdx.x / warp_size;
+    if (j >= width) return;
     const size_t expert = ids[r];
     const size_t gate_row = expert * 2 * width + j, up_row = gate_row + width;
     const T* x_row = x + (size_t)(r / slots) * hidden;
     const uint4* gate = reinterpret_cast<const uint4*>(gate_up + gate_row * hidden);
     const uint4* up = reinterpret_cast<const uint4*>(gate_up + up_row * hidden);
-    const int vectors = active ? hidden / W::per_vector : 0;
-    const int step = warp_size * parts;
+    const int vectors = hidden / W::per_vector;
     float g = 0.0f, u = 0.0f;
-    for (int base = part * warp_size + lane; base < vectors; base += step * G4_MOE_BATCH) {
+    for (int base = lane; base < vectors; base += warp_size * G4_MOE_BATCH) {
         uint4 gb[G4_MOE_BATCH], ub[G4_MOE_BATCH];
 #pragma unroll
         for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * step;
+            const int i = base + b * warp_size;
             gb[b] = i < vectors ? gate[i] : make_uint4(0, 0, 0, 0);
             ub[b] = i < vectors ? up[i] : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * step;
+            const int i = base + b * warp_size;
             if (i >= vectors) break;
             float xf[W::per_vector], gf[W::per_vector], uf[W::per_vector];
             x_values<T, W>(x_row, i, xf);
@@ -101,19 +94,7 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typen
         g += G4_SHFL_XOR(g, bits);
         u += G4_SHFL_XOR(u, bits);
     }
-    __shared__ float partial[G4_MOE_MAX_WARPS][2];
     if (lane == 0) {
-        partial[warp][0] = g;
-        partial[warp][1] = u;
-    }
-    __syncthreads();
-    if (active && part == 0 && lane == 0) {
-        g = partial[warp][0];
-        u = partial[warp][1];
-        for (int p = 1; p < parts; ++p) {
-            g += partial[warp + p][0];
-            u += partial[warp + p][1];
-        }
         g *= W::row_scale(scale, gate_row);
         u *= W::row_scale(scale, up_row);
         const float activated = g4_round<T>(g4_gelu_tanh(g4_round<T>(g)));
@@ -121,30 +102,31 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typen
     }
 }
 
-// down + weighted combine: output o = t · hidden + c (token t, column c).
+// down + weighted combine: one warp per (token t, column c); blocks run over the columns of
+// token 0, then token 1, ...
 template <typename T, typename W>
 __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* weights,
-                                 const typename W::Stored* down, const float* scale, float* out, int tokens,
-                                 int slots, int hidden, int width, int parts) {
+                                 const typename W::Stored* down, const float* scale, float* out, int slots,
+                                 int hidden, int width) {
     const int warp_size = warpSize;
-    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const int output = blockIdx.x * (blockDim.x / warp_size / parts) + warp / parts;
-    const int part = warp % parts;
-    const bool active = output < tokens * hidden;
-    const int t = active ? output / hidden : 0, c = active ? output % hidden : 0;
+    const int lane = threadIdx.x % warp_size;
+    const int warps = blockDim.x / warp_size;
+    const int blocks_per_token = (hidden + warps - 1) / warps;
+    const int t = blockIdx.x / blocks_per_token;
+    const int c = (blockIdx.x % blocks_per_token) * warps + threadIdx.x / warp_size;
+    if (c >= hidden) return;
     const int vectors = width / W::per_vector;
     // The (slot, vector) pairs of all slots as one index space, so that every lane keeps a
     // batch of loads in flight across slots.
-    const int total = active ? slots * vectors : 0;
-    const int step = warp_size * parts;
+    const int total = slots * vectors;
     float sum[G4_MOE_MAX_SLOTS];
 #pragma unroll
     for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) sum[s] = 0.0f;
-    for (int base = part * warp_size + lane; base < total; base += step * G4_MOE_BATCH) {
+    for (int base = lane; base < total; base += warp_size * G4_MOE_BATCH) {
         uint4 wb[G4_MOE_BATCH];
 #pragma unroll
         for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * step;
+            const int i = base + b * warp_size;
             if (i < total) {
                 const int slot = i / vectors;
                 const size_t expert = ids[(size_t)t * slots + slot];
@@ -155,67 +137,54 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
         }
 #pragma unroll
         for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * step;
+            const int i = base + b * warp_size;
             if (i >= total) break;
             const int slot = i / vectors;
             float hf[W::per_vector], wf[W::per_vector];
             x_values<T, W>(h + ((size_t)t * slots + slot) * width, i % vectors, hf);
             W::decode(wb[b], wf);
-            float dot = 0.0f;
+            float partial = 0.0f;
 #pragma unroll
-            for (int e = 0; e < W::per_vector; ++e) dot += hf[e] * wf[e];
+            for (int e = 0; e < W::per_vector; ++e) partial += hf[e] * wf[e];
 #pragma unroll
             for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
-                if (s == slot) sum[s] += dot;
+                if (s == slot) sum[s] += partial;
             }
         }
     }
-    __shared__ float partial[G4_MOE_MAX_WARPS][G4_MOE_MAX_SLOTS];
+    float combined = 0.0f;
 #pragma unroll
     for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
         if (s >= slots) break;
         float v = sum[s];
         for (int bits = warp_size / 2; bits > 0; bits >>= 1) v += G4_SHFL_XOR(v, bits);
-        if (lane == 0) partial[warp][s] = v;
-    }
-    __syncthreads();
-    if (!active || part != 0 || lane != 0) return;
-    float combined = 0.0f;
-    for (int s = 0; s < slots; ++s) {
-        float v = partial[warp][s];
-        for (int p = 1; p < parts; ++p) v += partial[warp + p][s];
         const size_t expert = ids[(size_t)t * slots + s];
         v *= W::row_scale(scale, expert * hidden + c);
         combined += weights[(size_t)t * slots + s] * g4_round<T>(v);
     }
-    out[(size_t)t * hidden + c] = combined;
+    if (lane == 0) out[(size_t)t * hidden + c] = combined;
 }
 
 #define G4_MOE_EXPERTS(NAME, T)                                                                              \
     extern "C" __global__ void g4_moe_experts_gate_up_##NAME(const T* x, const uint32_t* ids,                \
-                                                             const T* gate_up, T* h, int tokens, int slots,  \
-                                                             int hidden, int width, int parts) {             \
-        moe_experts_gate_up<T, DenseWeights<T>>(x, ids, gate_up, nullptr, h, tokens, slots, hidden, width,   \
-                                                parts);                                                      \
+                                                             const T* gate_up, T* h, int slots,              \
+                                                             int hidden, int width) {                        \
+        moe_experts_gate_up<T, DenseWeights<T>>(x, ids, gate_up, nullptr, h, slots, hidden, width);          \
     }                                                                                                        \
     extern "C" __global__ void g4_moe_experts_down_##NAME(const T* h, const uint32_t* ids,                   \
                                                           const float* weights, const T* down, float* out,   \
-                                                          int tokens, int slots, int hidden, int width,      \
-                                                          int parts) {                                       \
-        moe_experts_down<T, DenseWeights<T>>(h, ids, weights, down, nullptr, out, tokens, slots, hidden,     \
-                                             width, parts);                                                  \
+                                                          int slots, int hidden, int width) {                \
+        moe_experts_down<T, DenseWeights<T>>(h, ids, weights, down, nullptr, out, slots, hidden, width);     \
     }                                                                                                        \
     extern "C" __global__ void g4_moe_experts_fp8_gate_up_##NAME(const T* x, const uint32_t* ids,            \
                                                                  const uint8_t* gate_up, const float* scale, \
-                                                                 T* h, int tokens, int slots, int hidden,    \
-                                                                 int width, int parts) {                     \
-        moe_experts_gate_up<T, E4m3Weights>(x, ids, gate_up, scale, h, tokens, slots, hidden, width, parts); \
+                                                                 T* h, int slots, int hidden, int width) {   \
+        moe_experts_gate_up<T, E4m3Weights>(x, ids, gate_up, scale, h, slots, hidden, width);                \
     }                                                                                                        \
     extern "C" __global__ void g4_moe_experts_fp8_down_##NAME(const T* h, const uint32_t* ids,               \
                                                               const float* weights, const uint8_t* down,     \
-                                                              const float* scale, float* out, int tokens,    \
-                                                              int slots, int hidden, int width, int parts) { \
-        moe_experts_down<T, E4m3Weights>(h, ids, weights, down, scale, out, tokens, slots, hidden, width,    \
-                                         parts);                                                             \
+                                                              const float* scale, float* out, int slots,     \
+                                                              int hidden, int width) {                       \
+        moe_experts_down<T, E4m3Weights>(h, ids, weights, down, scale, out, slots, hidden, width);           \
     }
 G4_FOR_FLOAT_TYPES(G4_MOE_EXPERTS)
