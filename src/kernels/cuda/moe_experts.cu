@@ -27,7 +27,8 @@ struct DenseWeights {
     __device__ static float row_scale(const float*, size_t) { return 1.0f; }
 };
 
-// e4m3 weights with one f32 scale per row: 16 per load, decoded over G4_E4M3_UNIT (undone with the scale).
+// e4m3 weights with one f32 scale per row: 16 per load, decoded over G4_E4M3_UNIT (undone with
+// the scale).
 struct E4m3Weights {
     typedef uint8_t Stored;
     static constexpr int per_vector = 16;
