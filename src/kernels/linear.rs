@@ -49,11 +49,12 @@ const CUDA_GEMV_MAX_ROWS: usize = 8;
 /// 2,048 decode 2-3 % faster than 8 and 4,096, bf16 and FP8 alike; 8,192 is slower.)
 const WARPS_PER_BLOCK: usize = 4;
 const MIN_WARPS: usize = 2048;
-/// W loads each lane issues before using them (`G4_LINEAR_BATCH`).
+/// W loads each lane issues before using them (`G4_GEMV_BATCH`).
 const LOADS_PER_LANE: usize = 8;
 
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
-/// keep one f32 sum per X row (src/kernels/cuda/linear.cu); otherwise cuBLAS.
+/// keep one f32 sum per X row (src/kernels/cuda/gemv.cuh, instantiated in linear.cu); otherwise
+/// cuBLAS.
 fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = rows_of(x, w)?;

@@ -40,8 +40,8 @@ const GEMV_MAX_ROWS: usize = 8;
 /// e4m3 weights per 16-byte load of the GEMV.
 const WEIGHTS_PER_VECTOR: usize = 16;
 
-/// CUDA arm: up to 8 rows, a GEMV that decodes e4m3 in registers (src/kernels/cuda/fp8.cu, the
-/// launch geometry of `linear`'s); otherwise the native dequantisation into a scratch weight of
+/// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
+/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
 /// x's dtype and cuBLAS.
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};

@@ -7,48 +7,11 @@
 // (a decode GEMV is bound by memory latency unless many loads are in flight); rounding to T
 // happens where the composed arm stores an intermediate in T. The weights are T (moe_experts)
 // or e4m3 with one f32 scale per row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in
-// registers, the scale applied to each row's sum).
-#include "g4_compat.cuh"
-#include "e4m3.cuh"
+// registers, the scale applied to each row's sum), through gemv.cuh's weight decoders.
+#include "gemv.cuh"
 
 #define G4_MOE_BATCH 8
 #define G4_MOE_MAX_SLOTS 8
-
-// Weights stored as T: a 16-byte load holds 16 / sizeof(T) of them.
-template <typename T>
-struct DenseWeights {
-    typedef T Stored;
-    static constexpr int per_vector = 16 / sizeof(T);
-    __device__ static void decode(const uint4& v, float* out) {
-        const T* t = reinterpret_cast<const T*>(&v);
-#pragma unroll
-        for (int e = 0; e < per_vector; ++e) out[e] = g4_to_f32(t[e]);
-    }
-    __device__ static float row_scale(const float*, size_t) { return 1.0f; }
-};
-
-// e4m3 weights with one f32 scale per row: 16 per load, decoded over G4_E4M3_UNIT (undone with
-// the scale).
-struct E4m3Weights {
-    typedef uint8_t Stored;
-    static constexpr int per_vector = 16;
-    __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_over_unit(v, out); }
-    __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * G4_E4M3_UNIT; }
-};
-
-// The x values that meet weight vector i of a row: W::per_vector of them, as floats.
-template <typename T, typename W>
-__device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
-    constexpr int x_per_load = 16 / sizeof(T);
-    const uint4* xv = reinterpret_cast<const uint4*>(x_row + (size_t)i * W::per_vector);
-#pragma unroll
-    for (int q = 0; q < W::per_vector / x_per_load; ++q) {
-        const uint4 v = xv[q];
-        const T* t = reinterpret_cast<const T*>(&v);
-#pragma unroll
-        for (int e = 0; e < x_per_load; ++e) out[q * x_per_load + e] = g4_to_f32(t[e]);
-    }
-}
 
 // gate_up: one warp per (row r, column j); blocks run over the columns of row 0, then row 1, ...
 template <typename T, typename W>

@@ -1,0 +1,110 @@
+// The decode GEMV and its weight decoders, shared by linear (weights stored as T), and
+// matmul_bt_fp8_channel and moe_experts_fp8 (e4m3 weights with one f32 scale per row): the
+// kernels differ only in how a 16-byte weight load becomes floats, so that step is a type
+// parameter (`DenseWeights<T>` or `E4m3Weights`) and everything else is written once.
+#pragma once
+#include "g4_compat.cuh"
+#include "e4m3.cuh"
+
+// Weights stored as T: a 16-byte load holds 16 / sizeof(T) of them.
+template <typename T>
+struct DenseWeights {
+    typedef T Stored;
+    static constexpr int per_vector = 16 / sizeof(T);
+    __device__ static void decode(const uint4& v, float* out) {
+        const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+        for (int e = 0; e < per_vector; ++e) out[e] = g4_to_f32(t[e]);
+    }
+    __device__ static float row_scale(const float*, size_t) { return 1.0f; }
+};
+
+// e4m3 weights with one f32 scale per row: 16 per load, decoded over G4_E4M3_UNIT (undone with
+// the scale).
+struct E4m3Weights {
+    typedef uint8_t Stored;
+    static constexpr int per_vector = 16;
+    __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_over_unit(v, out); }
+    __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * G4_E4M3_UNIT; }
+};
+
+// The x values that meet weight vector i of a row: W::per_vector of them, as floats.
+template <typename T, typename W>
+__device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
+    constexpr int x_per_load = 16 / sizeof(T);
+    const uint4* xv = reinterpret_cast<const uint4*>(x_row + (size_t)i * W::per_vector);
+#pragma unroll
+    for (int q = 0; q < W::per_vector / x_per_load; ++q) {
+        const uint4 v = xv[q];
+        const T* t = reinterpret_cast<const T*>(&v);
+#pragma unroll
+        for (int e = 0; e < x_per_load; ++e) out[q * x_per_load + e] = g4_to_f32(t[e]);
+    }
+}
+
+#define G4_GEMV_MAX_ROWS 8
+#define G4_GEMV_BATCH 8
+#define G4_GEMV_MAX_WARPS 32
+
+// Y[m, n] = row_scale(n) · Σ_k X[m, k]·W[n, k] for a few rows of X (decode), bound by reading W
+// once. Each output column n is reduced by `warps_per_col` warps that split its K range; every
+// lane issues a batch of independent 16-byte W loads before decoding them, because a decode GEMV
+// is bound by memory latency unless many loads are in flight. The host picks warps_per_col so
+// that narrow projections (a few hundred columns) still spread over every SM. X is small and
+// stays in L1/L2; sums are f32, one per row of X (MAX_ROWS of them in registers: decode's single
+// row gets its own instantiation, with fewer registers and so more warps in flight).
+template <typename T, typename W, int MAX_ROWS>
+__device__ void gemv(const T* x, const typename W::Stored* w, const float* scale, T* y, int m, int n, int k,
+                     int warps_per_col) {
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int cols_per_block = blockDim.x / warp_size / warps_per_col;
+    const int col = blockIdx.x * cols_per_block + warp / warps_per_col;
+    const int part = warp % warps_per_col;
+    const int vectors = k / W::per_vector;
+    const int step = warp_size * warps_per_col;
+    // Fixed bounds (unrolled, guarded) keep the sums and the batch in registers.
+    float sum[MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) sum[r] = 0.0f;
+    if (col < n) {
+        const uint4* w_col = reinterpret_cast<const uint4*>(w + (size_t)col * k);
+        for (int base = part * warp_size + lane; base < vectors; base += step * G4_GEMV_BATCH) {
+            uint4 batch[G4_GEMV_BATCH];
+#pragma unroll
+            for (int u = 0; u < G4_GEMV_BATCH; ++u) {
+                const int i = base + u * step;
+                batch[u] = i < vectors ? w_col[i] : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < G4_GEMV_BATCH; ++u) {
+                const int i = base + u * step;
+                if (i >= vectors) break;
+                float wf[W::per_vector];
+                W::decode(batch[u], wf);
+#pragma unroll
+                for (int r = 0; r < MAX_ROWS; ++r) {
+                    if (r >= m) break;
+                    float xf[W::per_vector];
+                    x_values<T, W>(x + (size_t)r * k, i, xf);
+#pragma unroll
+                    for (int e = 0; e < W::per_vector; ++e) sum[r] += xf[e] * wf[e];
+                }
+            }
+        }
+    }
+    __shared__ float partial[G4_GEMV_MAX_WARPS][MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) {
+        if (r >= m) break;
+        float s = sum[r];
+        for (int bits = warp_size / 2; bits > 0; bits >>= 1) s += G4_SHFL_XOR(s, bits);
+        if (lane == 0) partial[warp][r] = s;
+    }
+    __syncthreads();
+    if (part == 0 && lane < m && col < n) {
+        float total = 0.0f;
+        for (int p = 0; p < warps_per_col; ++p) total += partial[warp + p][lane];
+        y[(size_t)lane * n + col] = g4_from_f32<T>(total * W::row_scale(scale, col));
+    }
+}
