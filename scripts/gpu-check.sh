@@ -18,8 +18,9 @@
 #   tp (a machine with 2 GPUs): the tiny goldens over 2 ranks, then 31B and 26B-A4B bf16 on 1 GPU
 #   beside 2 (tensor parallelism over NCCL; libnccl.so.2 from the system or the nvidia-nccl wheel);
 #   ab (with G4_BASE=another g4 binary): E4B bf16 and its FP8 rewrite, G4_BASE and G4 alternated
-#   three times in this one call, with each round's ratio — later runs in a call can read slower
-#   for either binary, so a single old-then-new pair can mislead;
+#   three times (G4_AB_ROUNDS) in this one call, with each round's ratio — later runs in a call
+#   can read slower for either binary, so a single old-then-new pair can mislead; G4_AB_ENV=NAME=VALUE
+#   adds G4 run under that environment as a third side;
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -217,30 +218,40 @@ PY
   done
 fi
 if [[ " $STEPS " == *" ab "* ]]; then
-  echo "== A/B: ${G4_BASE:?ab needs G4_BASE} against $G4, alternated, E4B bf16 and FP8"
+  # Sides: base (G4_BASE), new (G4), and with G4_AB_ENV="NAME=VALUE" also "new+env" (G4 under
+  # that environment, e.g. G4_L2_PREFETCH_MIB=0: a change's parts told apart with one binary).
+  SIDES="base new${G4_AB_ENV:+ new+env}"
+  ROUNDS=${G4_AB_ROUNDS:-3}
+  echo "== A/B: ${G4_BASE:?ab needs G4_BASE} against $G4${G4_AB_ENV:+ (and $G4 with $G4_AB_ENV)}, alternated $ROUNDS times, E4B bf16 and FP8"
   E4B_FP8=/tmp/g4-e4b-fp8
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
   [ -f "$E4B_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$E4B" "$E4B_FP8"
-  for round in 1 2 3; do
-    for side in base new; do
+  for round in $(seq "$ROUNDS"); do
+    for side in $SIDES; do
       binary=$G4; [ $side = base ] && binary=$G4_BASE
+      environment=(); [ $side = new+env ] && environment=("$G4_AB_ENV")
       for ckpt in "$E4B" "$E4B_FP8"; do
-        $binary bench --model "$ckpt" --device cuda --dtype bf16 --tests pp512,tg128 --decode graph -r 2 --json \
+        env "${environment[@]}" $binary bench --model "$ckpt" --device cuda --dtype bf16 --tests pp512,tg128 --decode graph -r 2 --json \
           > "$OUT/ab-$(basename "$ckpt")-$side-$round.json"
       done
     done
   done
-  python3 - "$OUT" <<'PY'
-import glob, json, sys
-out = sys.argv[1]
+  python3 - "$OUT" "$ROUNDS" $SIDES <<'PY'
+import json, sys
+out, rounds, sides = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rate = lambda p, test: next(r["measurement"]["tokens_per_s_mean"] for r in json.load(open(p))["results"] if r["measurement"]["test"] == test)
-print("| checkpoint | round | test | base tok/s | new tok/s | new / base |")
-print("|---|---:|---|---:|---:|---:|")
+others = [s for s in sides if s != "base"]
+print("| checkpoint | round | test | base tok/s | " + " | ".join(f"{s} tok/s | {s} / base" for s in others) + " |")
+print("|---|---:|---|---:|" + "---:|---:|" * len(others))
 for ckpt in ("g4-e4b", "g4-e4b-fp8"):
-    for round in (1, 2, 3):
+    for round in range(1, rounds + 1):
         for test in ("pp512", "tg128"):
-            base, new = (rate(f"{out}/ab-{ckpt}-{side}-{round}.json", test) for side in ("base", "new"))
-            print(f"| {ckpt} | {round} | {test} | {base:.1f} | {new:.1f} | {new / base:.3f} |")
+            base = rate(f"{out}/ab-{ckpt}-base-{round}.json", test)
+            cells = []
+            for side in others:
+                value = rate(f"{out}/ab-{ckpt}-{side}-{round}.json", test)
+                cells += [f"{value:.1f}", f"{value / base:.3f}"]
+            print(f"| {ckpt} | {round} | {test} | {base:.1f} | " + " | ".join(cells) + " |")
 PY
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"

@@ -1,30 +1,47 @@
-//! `dual_rms_norm_plus_res`: `residual' = residual + rms_norm(x; w1)`, then
+//! `dual_rms_norm_plus_res`: `residual' = (residual + rms_norm(x; w1)) · s`, then
 //! `y = rms_norm(residual'; w2)` — one branch's post-norm fused with the next branch's pre-norm.
+//! `s` is 1 inside a layer; at a layer's end it is the layer's scalar and `w2` the next layer's
+//! input norm, so that a layer's last residual add, its scalar and the next layer's first norm
+//! are one launch instead of three.
 
 use super::check::{norm_weight, Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
-use super::{arm_for, reference, rms_norm, Arm, Op};
+use super::native;
+use super::{arm_for, reference, rms_norm, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
 const OP: Op = Op::DualRmsNormPlusRes;
 
+/// The norm weights of one fused pair: the branch's post-norm `w1`, the residual's scale `s`
+/// (rounded to the compute dtype, as a scalar multiply of a tensor in it is) and the next
+/// pre-norm `w2`.
+#[derive(Clone, Copy)]
+pub struct DualNorms<'a> {
+    pub post_norm: &'a Tensor,
+    pub residual_scale: f64,
+    pub next_pre_norm: &'a Tensor,
+}
+
+impl<'a> DualNorms<'a> {
+    /// Inside a layer: no scale.
+    pub fn unscaled(post_norm: &'a Tensor, next_pre_norm: &'a Tensor) -> DualNorms<'a> {
+        DualNorms {
+            post_norm,
+            residual_scale: 1.0,
+            next_pre_norm,
+        }
+    }
+}
+
 /// Returns `(residual', y)`.
 pub fn dual_rms_norm_plus_res(
     residual: &Tensor,
     x: &Tensor,
-    post_norm: &Tensor,
-    next_pre_norm: &Tensor,
+    norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    dual_rms_norm_plus_res_on(
-        arm_for(OP, x.device(), x.dtype()),
-        residual,
-        x,
-        post_norm,
-        next_pre_norm,
-        eps,
-    )
+    dual_rms_norm_plus_res_on(arm_for(OP, x.device(), x.dtype()), residual, x, norms, eps)
 }
 
 /// Runs one given arm; `probe-ops` checks every available arm through this.
@@ -32,25 +49,43 @@ pub fn dual_rms_norm_plus_res_on(
     arm: Arm,
     residual: &Tensor,
     x: &Tensor,
-    post_norm: &Tensor,
-    next_pre_norm: &Tensor,
+    norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
     match arm {
-        Arm::Composed => composed(residual, x, post_norm, next_pre_norm, eps),
-        Arm::Native(_) => native_fwd(residual, x, post_norm, next_pre_norm, eps),
+        Arm::Composed => composed(residual, x, norms, eps),
+        Arm::Native(Backend::Cpu) => cpu_fwd(residual, x, norms, eps),
+        Arm::Native(_) => native_fwd(residual, x, norms, eps),
+    }
+}
+
+/// `residual · s`, skipped where `s` is 1 (the product would be the same values).
+fn scaled(residual: Tensor, s: f64) -> Result<Tensor> {
+    if s == 1.0 {
+        Ok(residual)
+    } else {
+        residual.affine(s, 0.0)
     }
 }
 
 pub fn composed(
     residual: &Tensor,
     x: &Tensor,
-    post_norm: &Tensor,
-    next_pre_norm: &Tensor,
+    norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    let residual = (residual + rms_norm::composed(x, Some(post_norm), eps)?)?;
-    let y = rms_norm::composed(&residual, Some(next_pre_norm), eps)?;
+    let summed = (residual + rms_norm::composed(x, Some(norms.post_norm), eps)?)?;
+    let residual = scaled(summed, norms.residual_scale)?;
+    let y = rms_norm::composed(&residual, Some(norms.next_pre_norm), eps)?;
+    Ok((residual, y))
+}
+
+/// CPU arm (f32): `rms_norm_plus_add`'s and `rms_norm`'s vectorised passes with the scale
+/// between them — the arithmetic of the three ops this one replaces, in the same order.
+fn cpu_fwd(residual: &Tensor, x: &Tensor, norms: DualNorms, eps: f64) -> Result<(Tensor, Tensor)> {
+    let summed = rms_norm::cpu_fwd(x, Some(norms.post_norm), Some(residual), eps)?;
+    let residual = scaled(summed, norms.residual_scale)?;
+    let y = rms_norm::cpu_fwd(&residual, Some(norms.next_pre_norm), None, eps)?;
     Ok((residual, y))
 }
 
@@ -58,18 +93,17 @@ pub fn composed(
 fn native_fwd(
     residual: &Tensor,
     x: &Tensor,
-    post_norm: &Tensor,
-    next_pre_norm: &Tensor,
+    norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
     use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
     let Some(rows) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
-        return composed(residual, x, post_norm, next_pre_norm, eps);
+        return composed(residual, x, norms, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
-    let w1 = post_norm.to_dtype(x.dtype())?.contiguous()?;
-    let w2 = next_pre_norm.to_dtype(x.dtype())?.contiguous()?;
+    let w1 = norms.post_norm.to_dtype(x.dtype())?.contiguous()?;
+    let w2 = norms.next_pre_norm.to_dtype(x.dtype())?.contiguous()?;
     let out_residual = empty(x.shape(), x.dtype(), x.device())?;
     let out_y = empty(x.shape(), x.dtype(), x.device())?;
     let args = [
@@ -80,6 +114,7 @@ fn native_fwd(
         Arg::Tensor(&out_residual),
         Arg::Tensor(&out_y),
         Arg::I32(cols as i32),
+        Arg::F32(norms.residual_scale as f32),
         Arg::F32(eps as f32),
     ];
     launch(
@@ -96,12 +131,15 @@ pub fn reference(
     residual: &[f64],
     x: &[f64],
     cols: usize,
-    w1: &[f64],
-    w2: &[f64],
+    (w1, s, w2): (&[f64], f64, &[f64]),
     eps: f64,
 ) -> Vec<f64> {
     let normed = reference::map_rows(x, cols, |row| reference::rms_norm_row(row, Some(w1), eps));
-    let summed: Vec<f64> = residual.iter().zip(normed).map(|(r, n)| r + n).collect();
+    let summed: Vec<f64> = residual
+        .iter()
+        .zip(normed)
+        .map(|(r, n)| (r + n) * s)
+        .collect();
     let y = reference::map_rows(&summed, cols, |row| {
         reference::rms_norm_row(row, Some(w2), eps)
     });
@@ -110,43 +148,68 @@ pub fn reference(
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(rms_norm::SHAPE_PATHS),
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce)
+        .native(native::GPU_FLOATS_AND_CPU_F32)
+        .shape_paths(rms_norm::SHAPE_PATHS),
     cases,
     run,
-    mutants: &[Mutant {
-        what: "the two norm weights swapped",
-        run: |c| {
-            let (r, y) = composed(c.float(0), c.float(1), c.float(3), c.float(2), c.eps)?;
-            Ok(vec![r, y])
+    mutants: &[
+        Mutant {
+            what: "the two norm weights swapped",
+            run: |c| {
+                let norms = DualNorms {
+                    post_norm: c.float(3),
+                    residual_scale: c.scale,
+                    next_pre_norm: c.float(2),
+                };
+                let (r, y) = composed(c.float(0), c.float(1), norms, c.eps)?;
+                Ok(vec![r, y])
+            },
         },
-    }],
+        Mutant {
+            what: "the residual's scale left out",
+            run: |c| {
+                let norms = DualNorms::unscaled(c.float(2), c.float(3));
+                let (r, y) = composed(c.float(0), c.float(1), norms, c.eps)?;
+                Ok(vec![r, y])
+            },
+        },
+    ],
 };
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    // 5376 is the 31B model's hidden size; 8192 the widest row held in registers.
-    for (rows, cols) in [
-        (1, 64),
-        (3, 257),
-        (2, 8192),
-        (1, 8200),
-        (2, 5376),
-        (5, 2560),
+    // 5376 is the 31B model's hidden size; 8192 the widest row held in registers. A scale other
+    // than 1 is a layer's end (its scalar; 0.375 is exact in every dtype).
+    for (rows, cols, scale) in [
+        (1, 64, 1.0),
+        (3, 257, 0.375),
+        (2, 8192, 1.0),
+        (1, 8200, 0.375),
+        (2, 5376, 0.375),
+        (5, 2560, 1.0),
+        (1, 2560, 0.375),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
         let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
         let w1 = c.float(&[cols], norm_weight)?;
         let w2 = c.float(&[cols], norm_weight)?;
-        let expected = reference(&r, &x, cols, &w1, &w2, 1e-6);
-        cases.push(c.finish(format!("[{rows}, {cols}]"), expected));
+        let expected = reference(&r, &x, cols, (&w1, scale, &w2), 1e-6);
+        let mut case = c.finish(format!("[{rows}, {cols}] scale {scale}"), expected);
+        case.scale = scale;
+        cases.push(case);
     }
 
     Ok(cases)
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-    let f = |i| c.float(i);
-    let (r, y) = dual_rms_norm_plus_res_on(arm, f(0), f(1), f(2), f(3), c.eps)?;
+    let norms = DualNorms {
+        post_norm: c.float(2),
+        residual_scale: c.scale,
+        next_pre_norm: c.float(3),
+    };
+    let (r, y) = dual_rms_norm_plus_res_on(arm, c.float(0), c.float(1), norms, c.eps)?;
     Ok(vec![r, y])
 }

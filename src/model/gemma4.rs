@@ -11,7 +11,7 @@ use super::tensor_parallel::{self, AllReduce, Peers, Shard};
 use super::weights::{Checkpoint, Part, Take};
 use crate::kernels::{
     attention::attention,
-    dual_rms_norm_plus_res::dual_rms_norm_plus_res,
+    dual_rms_norm_plus_res::{dual_rms_norm_plus_res, DualNorms},
     gelu_and_mul::gelu_and_mul,
     gelu_mul::gelu_mul,
     linear::linear,
@@ -582,12 +582,18 @@ impl Gemma4 {
         // K/V published by each producer layer for its consumers, in this same call.
         let mut published: Vec<Option<(Tensor, Tensor)>> = vec![None; self.layers.len()];
 
+        let eps = self.config.rms_norm_eps;
         let mut x = x;
+        // Each layer's normed input: the first layer's here, later ones from the previous
+        // layer's last launch (`feed_forward`).
+        let mut h = match self.layers.first() {
+            Some(first) => rms_norm(&x, Some(&first.input_norm), eps)?,
+            None => x.clone(),
+        };
         for (i, layer) in self.layers.iter().enumerate() {
             let kind = layer.spec.kind;
             let (cos, sin) = positions.rope(kind);
-            let h = rms_norm(&x, Some(&layer.input_norm), self.config.rms_norm_eps)?;
-            let (q, own_kv) = layer.attention_inputs(&h, cos, sin, self.config.rms_norm_eps)?;
+            let (q, own_kv) = layer.attention_inputs(&h, cos, sin, eps)?;
             let (k, v) = match (own_kv, layer.spec.kv_source) {
                 (Some((k, v)), _) => {
                     let attend = positions.store(i, &layer.spec, &k, &v, seq, &self.config)?;
@@ -603,15 +609,34 @@ impl Gemma4 {
             };
             let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
-            let attn = self.summed(layer.o_proj.forward(&attn)?)?;
+            let attn = self.summed(
+                layer
+                    .o_proj
+                    .forward_then(&attn, layer.mlp.gate_up.streamed())?,
+            )?;
             let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
-            x = layer.feed_forward(
+            let next = self.layers.get(i + 1);
+            let next = NextLayer {
+                input_norm: next.map(|l| &l.input_norm),
+                weight: match next {
+                    Some(l) => l.qkv_proj.streamed(),
+                    None => Some(&self.lm_head),
+                },
+            };
+            let (out, next_input) = layer.feed_forward(
                 &x,
                 &attn,
                 layer_ple,
+                next,
                 &self.config,
                 self.all_reduce.as_deref(),
             )?;
+            h = match (next_input, next.input_norm) {
+                (Some(h), _) => h,
+                (None, Some(norm)) => rms_norm(&out, Some(norm), eps)?,
+                (None, None) => out.clone(),
+            };
+            x = out;
         }
         Ok(x)
     }
@@ -899,7 +924,7 @@ impl DecoderLayer {
         sin: &Tensor,
         eps: f64,
     ) -> Result<AttentionInputs> {
-        let qkv = self.qkv_proj.forward(h)?;
+        let qkv = self.qkv_proj.forward_then(h, self.o_proj.streamed())?;
         Ok(qkv_norm_rope(
             &qkv,
             self.qkv_layout,
@@ -912,25 +937,44 @@ impl DecoderLayer {
     }
 
     /// Everything after attention: post-norm and residual, MLP (+ MoE), PLE, layer_scalar.
+    /// Returns the layer's output and, where the layer's last residual add fuses with the
+    /// next layer's input norm (one `dual_rms_norm_plus_res` launch instead of three), that
+    /// norm's output.
     fn feed_forward(
         &self,
         x: &Tensor,
         attn: &Tensor,
         ple: Option<Tensor>,
+        next: NextLayer,
         config: &Config,
         all_reduce: Option<&dyn AllReduce>,
-    ) -> Result<Tensor> {
+    ) -> Result<(Tensor, Option<Tensor>)> {
         let eps = config.rms_norm_eps;
         let (residual, normed) = dual_rms_norm_plus_res(
             x,
             attn,
-            &self.post_attention_norm,
-            &self.pre_feedforward_norm,
+            DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm),
             eps,
         )?;
-        let gate_up = self.mlp.gate_up.forward(&normed)?;
-        let mlp_out = summed(all_reduce, self.mlp.down.forward(&gelu_and_mul(&gate_up)?)?)?;
-        let mut x = match &self.moe {
+        // What the decode step reads after the MLP's down projection: the experts' weights
+        // depend on the routing, so an MoE layer names none.
+        let after_mlp = match (&self.moe, &self.ple) {
+            (Some(_), _) => None,
+            (None, Some(layer_ple)) => layer_ple.gate.streamed(),
+            (None, None) => next.weight,
+        };
+        let gate_up = self
+            .mlp
+            .gate_up
+            .forward_then(&normed, self.mlp.down.streamed())?;
+        let down = self
+            .mlp
+            .down
+            .forward_then(&gelu_and_mul(&gate_up)?, after_mlp)?;
+        let mlp_out = summed(all_reduce, down)?;
+        // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
+        // can fuse with the scalar and the next layer's input norm.
+        let (mut x, mut last_add) = match &self.moe {
             Some(moe) => {
                 let norms = OutputNorms {
                     dense: &moe.post_norm_1,
@@ -938,18 +982,50 @@ impl DecoderLayer {
                     block: &self.post_feedforward_norm,
                 };
                 let experts = summed(all_reduce, moe.forward(&residual, eps)?)?;
-                moe_output(&residual, &mlp_out, &experts, &norms, eps)?
+                (
+                    moe_output(&residual, &mlp_out, &experts, &norms, eps)?,
+                    None,
+                )
             }
-            None => rms_norm_plus_add(&residual, &mlp_out, &self.post_feedforward_norm, eps)?,
+            None => (residual, Some((mlp_out, &self.post_feedforward_norm))),
         };
         if let (Some(layer_ple), Some(ple)) = (&self.ple, ple) {
+            if let Some((branch, norm)) = last_add.take() {
+                x = rms_norm_plus_add(&x, &branch, norm, eps)?;
+            }
             let ple = ple.squeeze(2)?;
-            let gated = gelu_mul(&layer_ple.gate.forward(&x)?, &ple)?;
-            let projected = layer_ple.projection.forward(&gated)?;
-            x = rms_norm_plus_add(&x, &projected, &layer_ple.post_norm, eps)?;
+            let gate = layer_ple
+                .gate
+                .forward_then(&x, layer_ple.projection.streamed())?;
+            let gated = gelu_mul(&gate, &ple)?;
+            let projected = layer_ple.projection.forward_then(&gated, next.weight)?;
+            last_add = Some((projected, &layer_ple.post_norm));
         }
-        Ok(x.affine(self.layer_scalar, 0.0)?)
+        match (last_add, next.input_norm) {
+            (Some((branch, post_norm)), Some(next_pre_norm)) => {
+                let norms = DualNorms {
+                    post_norm,
+                    residual_scale: self.layer_scalar,
+                    next_pre_norm,
+                };
+                let (x, h) = dual_rms_norm_plus_res(&x, &branch, norms, eps)?;
+                Ok((x, Some(h)))
+            }
+            (Some((branch, post_norm)), None) => {
+                let x = rms_norm_plus_add(&x, &branch, post_norm, eps)?;
+                Ok((x.affine(self.layer_scalar, 0.0)?, None))
+            }
+            (None, _) => Ok((x.affine(self.layer_scalar, 0.0)?, None)),
+        }
     }
+}
+
+/// What follows a layer: the next layer's input norm (none after the last), and the weight a
+/// decode step streams next (the next layer's q/k/v, or the head after the last layer).
+#[derive(Clone, Copy)]
+struct NextLayer<'a> {
+    input_norm: Option<&'a Tensor>,
+    weight: Option<&'a Tensor>,
 }
 
 /// The two expert tensors, as transformers packs them: `gate_up_proj [E, 2W, H]` (gate rows then

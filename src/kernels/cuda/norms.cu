@@ -59,9 +59,11 @@ __device__ void rms_norm_plus_add(const T* residual, const T* x, const T* w, T* 
     }
 }
 
+// residual' = (residual + rms_norm(x; w1)) · s, each step rounded to T as the separate ops store
+// it (s = 1 leaves the sum as it is: inside a layer); y = rms_norm(residual'; w2).
 template <typename T, int V>
 __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
-                                       T* out_y, int cols, float eps) {
+                                       T* out_y, int cols, float residual_scale, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
     float v[V], weight1[V], weight2[V], res[V];
     load_row(x + base, cols, v);
@@ -69,11 +71,12 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     load_row(w2, cols, weight2);
     load_row(residual + base, cols, res);
     const float inv_x = inv_rms(v, cols, eps);
+    const float scale = g4_round<T>(residual_scale);
     // v becomes the new residual, rounded to T as it is stored: the second norm reads that.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
-        const T r = g4_from_f32<T>(res[i] + g4_round<T>(v[i] * inv_x * weight1[i]));
+        const T r = g4_from_f32<T>(g4_round<T>(res[i] + g4_round<T>(v[i] * inv_x * weight1[i])) * scale);
         if (j < cols) out_residual[base + j] = r;
         v[i] = j < cols ? g4_to_f32(r) : 0.0f;
     }
@@ -211,8 +214,9 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
         g4_dual_rms_norm_plus_res##WIDE##_##NAME(const T* residual, const T* x, const T* w1, const T* w2,   \
-                                                 T* out_residual, T* out_y, int cols, float eps) {          \
-        dual_rms_norm_plus_res<T, V>(residual, x, w1, w2, out_residual, out_y, cols, eps);                  \
+                                                 T* out_residual, T* out_y, int cols, float residual_scale, \
+                                                 float eps) {                                               \
+        dual_rms_norm_plus_res<T, V>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps);  \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
