@@ -185,6 +185,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 64, 1.0),
         (3, 257, 0.375),
         (2, 8192, 1.0),
+        (2, 8192, 0.375),
+        (1, 8200, 1.0),
         (1, 8200, 0.375),
         (2, 5376, 0.375),
         (5, 2560, 1.0),
@@ -196,7 +198,11 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let w1 = c.float(&[cols], norm_weight)?;
         let w2 = c.float(&[cols], norm_weight)?;
         let expected = reference(&r, &x, cols, (&w1, scale, &w2), 1e-6);
-        let mut case = c.finish(format!("[{rows}, {cols}] scale {scale}"), expected);
+        let label = match scale == 1.0 {
+            true => format!("[{rows}, {cols}]"),
+            false => format!("[{rows}, {cols}] scaled by {scale}"),
+        };
+        let mut case = c.finish(label, expected);
         case.scale = scale;
         cases.push(case);
     }

@@ -976,16 +976,21 @@ impl DecoderLayer {
         // can fuse with the scalar and the next layer's input norm.
         let (mut x, mut last_add) = match &self.moe {
             Some(moe) => {
+                let experts = summed(all_reduce, moe.forward(&residual, eps)?)?;
+                // The block ends the layer unless a PLE branch follows it.
+                let ends_layer = self.ple.is_none();
                 let norms = OutputNorms {
                     dense: &moe.post_norm_1,
                     experts: &moe.post_norm_2,
                     block: &self.post_feedforward_norm,
+                    output_scale: if ends_layer { self.layer_scalar } else { 1.0 },
+                    next: next.input_norm.filter(|_| ends_layer),
                 };
-                let experts = summed(all_reduce, moe.forward(&residual, eps)?)?;
-                (
-                    moe_output(&residual, &mlp_out, &experts, &norms, eps)?,
-                    None,
-                )
+                let (out, next_input) = moe_output(&residual, &mlp_out, &experts, &norms, eps)?;
+                if ends_layer {
+                    return Ok((out, next_input));
+                }
+                (out, None)
             }
             None => (residual, Some((mlp_out, &self.post_feedforward_norm))),
         };

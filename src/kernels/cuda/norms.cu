@@ -173,12 +173,14 @@ __device__ void moe_inputs(const T* residual, const T* router_scale, const T* ex
     }
 }
 
-// moe_output (src/kernels/moe_output.rs): r + rms_norm(rms_norm(dense; w1) + rms_norm(T(experts); w2); w3),
-// rounded to T where the composed arm stores an intermediate. The weights are read where they
-// are used (they stay in cache), to keep the registers for the three rows.
+// moe_output (src/kernels/moe_output.rs): out = (r + rms_norm(rms_norm(dense; w1) +
+// rms_norm(T(experts); w2); w3)) · s, rounded to T where the composed arm stores an
+// intermediate, and — where w4 (the next layer's input norm) is given — next = rms_norm(out; w4).
+// The weights are read where they are used (they stay in cache), to keep the registers for the
+// three rows.
 template <typename T, int V>
 __device__ void moe_output(const T* residual, const T* dense, const float* experts, const T* w1, const T* w2,
-                           const T* w3, T* out, int cols, float eps) {
+                           const T* w3, const T* w4, T* out, T* next, int cols, float output_scale, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
     float d[V], e[V], res[V];
     load_row(dense + base, cols, d);
@@ -196,10 +198,22 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
                         : 0.0f;
     }
     const float inv_sum = inv_rms(d, cols, eps);
+    const float scale = g4_round<T>(output_scale);
+    // d becomes the output, rounded to T as it is stored: the next layer's norm reads that.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
-        if (j < cols) out[base + j] = g4_from_f32<T>(res[i] + g4_round<T>(d[i] * inv_sum * g4_to_f32(w3[j])));
+        if (j >= cols) continue;
+        const float summed = g4_round<T>(res[i] + g4_round<T>(d[i] * inv_sum * g4_to_f32(w3[j])));
+        d[i] = g4_round<T>(summed * scale);
+        out[base + j] = g4_from_f32<T>(d[i]);
+    }
+    if (w4 == nullptr) return;  // the same for the whole block
+    const float inv_out = inv_rms(d, cols, eps);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < cols) next[base + j] = g4_from_f32<T>(d[i] * inv_out * g4_to_f32(w4[j]));
     }
 }
 
@@ -231,8 +245,8 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output##WIDE##_##NAME(        \
         const T* residual, const T* dense, const float* experts, const T* w1, const T* w2, const T* w3,      \
-        T* out, int cols, float eps) {                                                                      \
-        moe_output<T, V>(residual, dense, experts, w1, w2, w3, out, cols, eps);                             \
+        const T* w4, T* out, T* next, int cols, float output_scale, float eps) {                            \
+        moe_output<T, V>(residual, dense, experts, w1, w2, w3, w4, out, next, cols, output_scale, eps);     \
     }
 #define G4_NORMS(NAME, T) G4_NORM_KERNELS(NAME, T, 8, ) G4_NORM_KERNELS(NAME, T, 16, _wide)
 G4_FOR_FLOAT_TYPES(G4_NORMS)
