@@ -14,22 +14,15 @@ const OP: Op = Op::Linear;
 
 /// `x [.., K]`, `w [N, K]` → `[.., N]`.
 pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    linear_then(x, w, None)
-}
-
-/// [`linear`], and then, where the arm can, the first bytes of `next` — the weight the model
-/// reads next — brought into the GPU's L2 while the kernels between the two run. The result is
-/// the same with or without it.
-pub fn linear_then(x: &Tensor, w: &Tensor, next: Option<&Tensor>) -> Result<Tensor> {
-    linear_on(arm_for(OP, x.device(), x.dtype()), x, w, next)
+    linear_on(arm_for(OP, x.device(), x.dtype()), x, w)
 }
 
 /// Runs one given arm; `probe-ops` checks every available arm through this.
-pub fn linear_on(arm: Arm, x: &Tensor, w: &Tensor, next: Option<&Tensor>) -> Result<Tensor> {
+pub fn linear_on(arm: Arm, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, w),
         Arm::Native(Backend::Cpu) => cpu_fwd(x, w),
-        Arm::Native(_) => native_fwd(x, w, next),
+        Arm::Native(_) => native_fwd(x, w),
     }
 }
 
@@ -60,12 +53,10 @@ const MIN_WARPS: usize = 2048;
 const LOADS_PER_LANE: usize = 8;
 
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
-/// keep one f32 sum per X row, and the last blocks start bringing `next` into L2
-/// (src/kernels/cuda/gemv.cuh, instantiated in linear.cu); otherwise cuBLAS.
-fn native_fwd(x: &Tensor, w: &Tensor, next: Option<&Tensor>) -> Result<Tensor> {
-    use super::native::{
-        empty, kernel_name, launch, prefetch_args, vector_aligned, warp_lanes, Arg,
-    };
+/// keep one f32 sum per X row (src/kernels/cuda/gemv.cuh, instantiated in linear.cu); otherwise
+/// cuBLAS.
+fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = rows_of(x, w)?;
     let (m, k) = rows.dims2()?;
     let n = w.dim(0)?;
@@ -82,7 +73,6 @@ fn native_fwd(x: &Tensor, w: &Tensor, next: Option<&Tensor>) -> Result<Tensor> {
     // One row (every decode step) has its own entry point: fewer registers, more warps in flight.
     let kernel = if m == 1 { "linear_one_row" } else { "linear" };
     let out = empty((m, n), x.dtype(), x.device())?;
-    let [prefetch, prefetch_bytes] = prefetch_args(next, x.device());
     let args = [
         Arg::Tensor(&rows),
         Arg::Tensor(&w_rows),
@@ -91,8 +81,6 @@ fn native_fwd(x: &Tensor, w: &Tensor, next: Option<&Tensor>) -> Result<Tensor> {
         Arg::I32(n as i32),
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
-        prefetch,
-        prefetch_bytes,
     ];
     launch(&kernel_name(kernel, x.dtype())?, x.device(), grid, &args)?;
     out.reshape(out_shape)
@@ -216,11 +204,9 @@ pub(super) fn matmul_cases(
         .collect()
 }
 
-/// Every case names its own weight as the next one: the L2 prefetch must leave the result as
-/// it is.
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
-    Ok(vec![linear_on(arm, f(0), f(1), Some(f(1)))?])
+    Ok(vec![linear_on(arm, f(0), f(1))?])
 }
 
 #[cfg(test)]

@@ -13,19 +13,7 @@ const OP: Op = Op::MatmulBtFp8Channel;
 
 /// `x [.., K]`, `weight [N, K]` F8E4M3, `scale [N]` → `[.., N]` in x's dtype.
 pub fn matmul_bt_fp8_channel(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    matmul_bt_fp8_channel_then(x, weight, scale, None)
-}
-
-/// [`matmul_bt_fp8_channel`], and then, where the arm can, the first bytes of `next` (the
-/// weight the model reads next) brought into L2, as [`linear::linear_then`] does.
-pub fn matmul_bt_fp8_channel_then(
-    x: &Tensor,
-    weight: &Tensor,
-    scale: &Tensor,
-    next: Option<&Tensor>,
-) -> Result<Tensor> {
-    let arm = arm_for(OP, x.device(), x.dtype());
-    matmul_bt_fp8_channel_on(arm, x, weight, scale, next)
+    matmul_bt_fp8_channel_on(arm_for(OP, x.device(), x.dtype()), x, weight, scale)
 }
 
 /// Runs one given arm; `probe-ops` checks every available arm through this.
@@ -34,11 +22,10 @@ pub fn matmul_bt_fp8_channel_on(
     x: &Tensor,
     weight: &Tensor,
     scale: &Tensor,
-    next: Option<&Tensor>,
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, weight, scale),
-        Arm::Native(_) => native_fwd(x, weight, scale, next),
+        Arm::Native(_) => native_fwd(x, weight, scale),
     }
 }
 
@@ -56,15 +43,8 @@ const WEIGHTS_PER_VECTOR: usize = 16;
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
 /// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
 /// x's dtype and cuBLAS.
-fn native_fwd(
-    x: &Tensor,
-    weight: &Tensor,
-    scale: &Tensor,
-    next: Option<&Tensor>,
-) -> Result<Tensor> {
-    use super::native::{
-        empty, kernel_name, launch, prefetch_args, vector_aligned, warp_lanes, Arg,
-    };
+fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = linear::rows_of(x, weight)?;
     let (m, k) = rows.dims2()?;
     let n = weight.dim(0)?;
@@ -88,7 +68,6 @@ fn native_fwd(
         "matmul_bt_fp8_channel"
     };
     let y = empty((m, n), x.dtype(), x.device())?;
-    let [prefetch, prefetch_bytes] = prefetch_args(next, x.device());
     let args = [
         Arg::Tensor(&rows),
         Arg::Tensor(&weight),
@@ -98,8 +77,6 @@ fn native_fwd(
         Arg::I32(n as i32),
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
-        prefetch,
-        prefetch_bytes,
     ];
     launch(&kernel_name(kernel, x.dtype())?, x.device(), grid, &args)?;
     y.reshape(out_shape)
@@ -205,13 +182,5 @@ pub(super) fn fp8_matmul_cases(
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
-    // The case's own weight named as the next one: the L2 prefetch must leave the result as
-    // it is.
-    Ok(vec![matmul_bt_fp8_channel_on(
-        arm,
-        f(0),
-        c.raw(0),
-        f(1),
-        Some(c.raw(0)),
-    )?])
+    Ok(vec![matmul_bt_fp8_channel_on(arm, f(0), c.raw(0), f(1))?])
 }

@@ -609,29 +609,18 @@ impl Gemma4 {
             };
             let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
-            let attn = self.summed(
-                layer
-                    .o_proj
-                    .forward_then(&attn, layer.mlp.gate_up.streamed())?,
-            )?;
+            let attn = self.summed(layer.o_proj.forward(&attn)?)?;
             let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
-            let next = self.layers.get(i + 1);
-            let next = NextLayer {
-                input_norm: next.map(|l| &l.input_norm),
-                weight: match next {
-                    Some(l) => l.qkv_proj.streamed(),
-                    None => Some(&self.lm_head),
-                },
-            };
+            let next_input_norm = self.layers.get(i + 1).map(|l| &l.input_norm);
             let (out, next_input) = layer.feed_forward(
                 &x,
                 &attn,
                 layer_ple,
-                next,
+                next_input_norm,
                 &self.config,
                 self.all_reduce.as_deref(),
             )?;
-            h = match (next_input, next.input_norm) {
+            h = match (next_input, next_input_norm) {
                 (Some(h), _) => h,
                 (None, Some(norm)) => rms_norm(&out, Some(norm), eps)?,
                 (None, None) => out.clone(),
@@ -924,7 +913,7 @@ impl DecoderLayer {
         sin: &Tensor,
         eps: f64,
     ) -> Result<AttentionInputs> {
-        let qkv = self.qkv_proj.forward_then(h, self.o_proj.streamed())?;
+        let qkv = self.qkv_proj.forward(h)?;
         Ok(qkv_norm_rope(
             &qkv,
             self.qkv_layout,
@@ -945,7 +934,7 @@ impl DecoderLayer {
         x: &Tensor,
         attn: &Tensor,
         ple: Option<Tensor>,
-        next: NextLayer,
+        next_input_norm: Option<&Tensor>,
         config: &Config,
         all_reduce: Option<&dyn AllReduce>,
     ) -> Result<(Tensor, Option<Tensor>)> {
@@ -956,22 +945,8 @@ impl DecoderLayer {
             DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm),
             eps,
         )?;
-        // What the decode step reads after the MLP's down projection: the experts' weights
-        // depend on the routing, so an MoE layer names none.
-        let after_mlp = match (&self.moe, &self.ple) {
-            (Some(_), _) => None,
-            (None, Some(layer_ple)) => layer_ple.gate.streamed(),
-            (None, None) => next.weight,
-        };
-        let gate_up = self
-            .mlp
-            .gate_up
-            .forward_then(&normed, self.mlp.down.streamed())?;
-        let down = self
-            .mlp
-            .down
-            .forward_then(&gelu_and_mul(&gate_up)?, after_mlp)?;
-        let mlp_out = summed(all_reduce, down)?;
+        let gate_up = self.mlp.gate_up.forward(&normed)?;
+        let mlp_out = summed(all_reduce, self.mlp.down.forward(&gelu_and_mul(&gate_up)?)?)?;
         // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
         // can fuse with the scalar and the next layer's input norm.
         let (mut x, mut last_add) = match &self.moe {
@@ -984,7 +959,7 @@ impl DecoderLayer {
                     experts: &moe.post_norm_2,
                     block: &self.post_feedforward_norm,
                     output_scale: if ends_layer { self.layer_scalar } else { 1.0 },
-                    next: next.input_norm.filter(|_| ends_layer),
+                    next: next_input_norm.filter(|_| ends_layer),
                 };
                 let (out, next_input) = moe_output(&residual, &mlp_out, &experts, &norms, eps)?;
                 if ends_layer {
@@ -999,14 +974,11 @@ impl DecoderLayer {
                 x = rms_norm_plus_add(&x, &branch, norm, eps)?;
             }
             let ple = ple.squeeze(2)?;
-            let gate = layer_ple
-                .gate
-                .forward_then(&x, layer_ple.projection.streamed())?;
-            let gated = gelu_mul(&gate, &ple)?;
-            let projected = layer_ple.projection.forward_then(&gated, next.weight)?;
+            let gated = gelu_mul(&layer_ple.gate.forward(&x)?, &ple)?;
+            let projected = layer_ple.projection.forward(&gated)?;
             last_add = Some((projected, &layer_ple.post_norm));
         }
-        match (last_add, next.input_norm) {
+        match (last_add, next_input_norm) {
             (Some((branch, post_norm)), Some(next_pre_norm)) => {
                 let norms = DualNorms {
                     post_norm,
@@ -1023,14 +995,6 @@ impl DecoderLayer {
             (None, _) => Ok((x.affine(self.layer_scalar, 0.0)?, None)),
         }
     }
-}
-
-/// What follows a layer: the next layer's input norm (none after the last), and the weight a
-/// decode step streams next (the next layer's q/k/v, or the head after the last layer).
-#[derive(Clone, Copy)]
-struct NextLayer<'a> {
-    input_norm: Option<&'a Tensor>,
-    weight: Option<&'a Tensor>,
 }
 
 /// The two expert tensors, as transformers packs them: `gate_up_proj [E, 2W, H]` (gate rows then

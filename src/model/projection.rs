@@ -4,8 +4,8 @@
 //! weights take half of bf16's memory and decode reads half the bytes.
 
 use crate::kernels::{
-    linear::linear_then, linear_panels::linear_panels, linear_panels_fp8::linear_panels_fp8,
-    matmul_bt_fp8_channel::matmul_bt_fp8_channel_then,
+    linear::linear, linear_panels::linear_panels, linear_panels_fp8::linear_panels_fp8,
+    matmul_bt_fp8_channel::matmul_bt_fp8_channel,
 };
 use candle_core::{Result, Tensor};
 
@@ -32,26 +32,11 @@ pub enum Projection {
 impl Projection {
     /// `x [.., K]` → `[.., N]` in x's dtype.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_then(x, None)
-    }
-
-    /// [`Projection::forward`], naming the weight the model streams next (see
-    /// [`Projection::streamed`]): a GPU's decode GEMV starts bringing it into L2, so that the
-    /// short kernels between the two projections run while memory is busy.
-    pub fn forward_then(&self, x: &Tensor, next: Option<&Tensor>) -> Result<Tensor> {
         match self {
-            Projection::Dense(w) => linear_then(x, w, next),
+            Projection::Dense(w) => linear(x, w),
             Projection::Panels { panels, n } => linear_panels(x, panels, *n),
-            Projection::Fp8 { weight, scale } => matmul_bt_fp8_channel_then(x, weight, scale, next),
+            Projection::Fp8 { weight, scale } => matmul_bt_fp8_channel(x, weight, scale),
             Projection::Fp8Panels { panels, scale, n } => linear_panels_fp8(x, panels, scale, *n),
-        }
-    }
-
-    /// The tensor a GPU's GEMV streams when this projection runs; none on CPUs' panels.
-    pub fn streamed(&self) -> Option<&Tensor> {
-        match self {
-            Projection::Dense(w) | Projection::Fp8 { weight: w, .. } => Some(w),
-            Projection::Panels { .. } | Projection::Fp8Panels { .. } => None,
         }
     }
 

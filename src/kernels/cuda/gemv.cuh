@@ -42,35 +42,6 @@ __device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
     }
 }
 
-// Brings `bytes` of `next` (the weight the model streams after this one) into L2, issued by the
-// grid's last blocks once their own loads are done: the requests run on while the short kernels
-// between two projections (norms, RoPE, attention) leave memory idle, and the next GEMV then
-// reads its first bytes from L2. A hint: results never depend on it. Hopper issues one bulk
-// prefetch per 64 KB; older GPUs one per 128-byte line; HIP builds issue none.
-#define G4_PREFETCH_BLOCKS 128
-#define G4_PREFETCH_CHUNK 65536
-__device__ __forceinline__ void g4_prefetch_l2(const void* next, size_t bytes) {
-#if !defined(__HIPCC__)
-    if (next == nullptr || bytes == 0) return;
-    const unsigned blocks = gridDim.x < G4_PREFETCH_BLOCKS ? gridDim.x : G4_PREFETCH_BLOCKS;
-    if (blockIdx.x < gridDim.x - blocks) return;
-    const size_t slot = blockIdx.x - (gridDim.x - blocks), stride = (size_t)blocks * blockDim.x;
-    const char* base = static_cast<const char*>(next);
-#if __CUDA_ARCH__ >= 900
-    const size_t chunks = (bytes + G4_PREFETCH_CHUNK - 1) / G4_PREFETCH_CHUNK;
-    for (size_t c = slot + (size_t)threadIdx.x * blocks; c < chunks; c += stride) {
-        const size_t offset = c * G4_PREFETCH_CHUNK;
-        const unsigned size = bytes - offset < G4_PREFETCH_CHUNK ? (unsigned)(bytes - offset) : G4_PREFETCH_CHUNK;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + offset), "r"(size) : "memory");
-    }
-#else
-    for (size_t line = slot + (size_t)threadIdx.x * blocks; line * 128 < bytes; line += stride) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + line * 128));
-    }
-#endif
-#endif
-}
-
 #define G4_GEMV_MAX_ROWS 8
 #define G4_GEMV_BATCH 8
 #define G4_GEMV_MAX_WARPS 32
@@ -84,7 +55,7 @@ __device__ __forceinline__ void g4_prefetch_l2(const void* next, size_t bytes) {
 // row gets its own instantiation, with fewer registers and so more warps in flight).
 template <typename T, typename W, int MAX_ROWS>
 __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale, T* y, int m, int n, int k,
-                     int warps_per_col, const void* prefetch, size_t prefetch_bytes) {
+                     int warps_per_col) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
     const int cols_per_block = blockDim.x / warp_size / warps_per_col;
@@ -136,5 +107,4 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
         for (int p = 0; p < warps_per_col; ++p) total += partial[warp + p][lane];
         y[(size_t)lane * n + col] = g4_from_f32<T>(total * W::row_scale(scale, col));
     }
-    g4_prefetch_l2(prefetch, prefetch_bytes);
 }

@@ -17,7 +17,6 @@ mod nccl;
 pub mod poison;
 
 use candle_core::{DType, Device, Result, Shape, Tensor};
-use std::sync::OnceLock;
 
 /// A backend for which native kernels can exist: a GPU vendor's, or the CPU's SIMD units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -388,33 +387,6 @@ pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
         },
         wide: cols > threads * ROW_VALUES_PER_THREAD,
     })
-}
-
-/// Bytes of the next weight a decode GEMV brings into L2 as it ends (`g4_prefetch_l2`,
-/// gemv.cuh), so that the short kernels between two projections run while memory streams the
-/// next one: half the L2 of the smallest GPU g4 ships machine code for (A100: 40 MB), so that
-/// what is brought in is not pushed out again before it is read. `G4_L2_PREFETCH_MIB` overrides
-/// it (0 turns it off), for measuring what it buys on a given GPU.
-fn prefetch_budget() -> usize {
-    static BUDGET: OnceLock<usize> = OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        std::env::var("G4_L2_PREFETCH_MIB")
-            .ok()
-            .and_then(|mib| mib.parse::<usize>().ok())
-            .unwrap_or(20)
-            << 20
-    })
-}
-
-/// The two trailing arguments of a GEMV kernel: where the next weight starts and how many of
-/// its bytes to bring into L2 (none for a weight the kernel cannot address directly).
-pub fn prefetch_args<'a>(next: Option<&'a Tensor>, device: &Device) -> [Arg<'a>; 2] {
-    let next =
-        next.filter(|t| t.is_contiguous() && vector_aligned(t) && t.device().same_device(device));
-    let bytes = next.map_or(0, |t| {
-        (t.elem_count() * t.dtype().size_in_bytes()).min(prefetch_budget()) / 16 * 16
-    });
-    [Arg::OptionalTensor(next), Arg::Usize(bytes)]
 }
 
 /// Whether a kernel can read `t` in 16-byte vectors from its first element.
