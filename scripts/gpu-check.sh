@@ -219,7 +219,7 @@ PY
 fi
 if [[ " $STEPS " == *" ab "* ]]; then
   # Sides: base (G4_BASE), new (G4), and with G4_AB_ENV="NAME=VALUE" also "new+env" (G4 under
-  # that environment, e.g. G4_L2_PREFETCH_MIB=0: a change's parts told apart with one binary).
+  # that environment, e.g. a tuning knob turned off: a change's parts told apart with one binary).
   SIDES="base new${G4_AB_ENV:+ new+env}"
   ROUNDS=${G4_AB_ROUNDS:-3}
   echo "== A/B: ${G4_BASE:?ab needs G4_BASE} against $G4${G4_AB_ENV:+ (and $G4 with $G4_AB_ENV)}, alternated $ROUNDS times, E4B bf16 and FP8"

@@ -2,8 +2,8 @@
 //! `out = (r + rms_norm(rms_norm(dense; w1) + rms_norm(experts; w2); w3)) · s`, with the dense
 //! MLP's output in the working dtype and the experts' f32 sum (`moe_experts`) cast to it first,
 //! `s` the layer's scalar — and, where the next layer's input norm `w4` is given, its output
-//! `rms_norm(out; w4)` too. One pass over the row instead of eight launches (four norms, a cast,
-//! a sum, the scalar) per layer.
+//! `rms_norm(out; w4)` too. One pass over the row per layer, where the composed ops take eight
+//! launches (four norms, a cast, a sum, the residual add, the scalar).
 
 use super::check::{norm_weight, Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
