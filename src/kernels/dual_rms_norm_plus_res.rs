@@ -59,8 +59,9 @@ pub fn dual_rms_norm_plus_res_on(
     }
 }
 
-/// `residual · s`, skipped where `s` is 1 (the product would be the same values).
-fn scaled(residual: Tensor, s: f64) -> Result<Tensor> {
+/// `residual · s`, skipped where `s` is 1 (the product would be the same values); `moe_output`
+/// scales its output the same way.
+pub(super) fn scaled(residual: Tensor, s: f64) -> Result<Tensor> {
     if s == 1.0 {
         Ok(residual)
     } else {

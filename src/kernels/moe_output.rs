@@ -7,6 +7,7 @@
 
 use super::check::{norm_weight, Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::dual_rms_norm_plus_res::scaled;
 use super::native::{self, cpu};
 use super::{arm_for, reference, rms_norm, rms_norm_plus_add, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor, D};
@@ -71,15 +72,6 @@ pub fn composed(
         .map(|w| rms_norm::composed(&out, Some(w), eps))
         .transpose()?;
     Ok((out, next))
-}
-
-/// `out · s`, skipped where `s` is 1 (the product would be the same values).
-fn scaled(out: Tensor, s: f64) -> Result<Tensor> {
-    if s == 1.0 {
-        Ok(out)
-    } else {
-        out.affine(s, 0.0)
-    }
 }
 
 /// CPU arm (f32): the norms by the SIMD row kernel `rms_norm` uses.
