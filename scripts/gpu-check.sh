@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|ab ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|ab|ab-moe ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -20,7 +20,8 @@
 #   ab (with G4_BASE=another g4 binary): E4B bf16 and its FP8 rewrite, G4_BASE and G4 alternated
 #   three times (G4_AB_ROUNDS) in this one call, with each round's ratio — later runs in a call
 #   can read slower for either binary, so a single old-then-new pair can mislead; G4_AB_ENV=NAME=VALUE
-#   adds G4 run under that environment as a third side;
+#   adds G4 run under that environment as a third side; ab-moe (with G4_BASE): the same on 26B-A4B,
+#   bf16 alternated twice, then its FP8 rewrite once each;
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -158,7 +159,7 @@ for path in sorted(glob.glob(sys.argv[1] + "/bench-ple-*.json")):
     print(f"| {path.split('bench-ple-')[1][:-5]} | {d['ple']} | {m['after_load']:.0f} | {m['before_load']:.0f} | {w['device']:.0f} | {w['host']:.0f} | {rate.get('pp512')} | {rate.get('tg128')} |")
 PY
 fi
-if [[ " $STEPS " == *" moe"* ]]; then
+if [[ " $STEPS " == *" moe"* || " $STEPS " == *" ab-moe "* ]]; then
   MOE=/tmp/g4-26b-a4b
   rm -rf /tmp/g4-e4b /tmp/g4-31b  # the disk holds one full-size checkpoint at a time
   [ -f "$MOE/config.json" ] || python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn
@@ -252,6 +253,32 @@ for ckpt in ("g4-e4b", "g4-e4b-fp8"):
                 value = rate(f"{out}/ab-{ckpt}-{side}-{round}.json", test)
                 cells += [f"{value:.1f}", f"{value / base:.3f}"]
             print(f"| {ckpt} | {round} | {test} | {base:.1f} | " + " | ".join(cells) + " |")
+PY
+fi
+if [[ " $STEPS " == *" ab-moe "* ]]; then
+  # 26B-A4B: G4_BASE and G4 alternated twice on bf16, then once each on the FP8 rewrite of the
+  # same weights (the bf16 shards are deleted as they are converted: the disk holds one).
+  echo "== A/B: ${G4_BASE:?ab-moe needs G4_BASE} against $G4, 26B-A4B bf16 (alternated twice) and FP8"
+  MOE_FP8=/tmp/g4-26b-a4b-fp8
+  for round in 1 2; do
+    for side in base new; do
+      binary=$G4; [ $side = base ] && binary=$G4_BASE
+      $binary bench --model "$MOE" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json > "$OUT/ab-moe-$side-$round.json"
+    done
+  done
+  [ -f "$MOE_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source
+  for side in base new; do
+    binary=$G4; [ $side = base ] && binary=$G4_BASE
+    $binary bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json > "$OUT/ab-moe-fp8-$side-1.json"
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+print("| run | pp512 tok/s | tg64 tok/s | GPU after load MiB |")
+print("|---|---:|---:|---:|")
+for path in sorted(glob.glob(sys.argv[1] + "/ab-moe-*.json")):
+    d = json.load(open(path))
+    rate = {r["measurement"]["test"]: r["measurement"]["tokens_per_s_mean"] for r in d["results"]}
+    print(f"| {path.split('/ab-moe-')[1][:-5]} | {rate['pp512']:.1f} | {rate['tg64']:.1f} | {d['memory_mib']['after_load']:.0f} |")
 PY
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
