@@ -21,7 +21,8 @@
 #   three times (G4_AB_ROUNDS) in this one call, with each round's ratio — later runs in a call
 #   can read slower for either binary, so a single old-then-new pair can mislead; G4_AB_ENV=NAME=VALUE
 #   adds G4 run under that environment as a third side; ab-moe (with G4_BASE): the same on 26B-A4B,
-#   bf16 alternated twice, then its FP8 rewrite once each;
+#   bf16 alternated twice, then its FP8 rewrite once each (a call of its own: the disk holds one
+#   full-size checkpoint);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
