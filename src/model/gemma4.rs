@@ -620,11 +620,9 @@ impl Gemma4 {
                 &self.config,
                 self.all_reduce.as_deref(),
             )?;
-            h = match (next_input, next_input_norm) {
-                (Some(h), _) => h,
-                (None, Some(norm)) => rms_norm(&out, Some(norm), eps)?,
-                (None, None) => out.clone(),
-            };
+            if let Some(next_input) = next_input {
+                h = next_input;
+            }
             x = out;
         }
         Ok(x)
@@ -926,9 +924,9 @@ impl DecoderLayer {
     }
 
     /// Everything after attention: post-norm and residual, MLP (+ MoE), PLE, layer_scalar.
-    /// Returns the layer's output and, where the layer's last residual add fuses with the
-    /// next layer's input norm (one `dual_rms_norm_plus_res` launch instead of three), that
-    /// norm's output.
+    /// Returns the layer's output and, given the next layer's input norm, that norm's output —
+    /// fused with the layer's last residual add where one kernel does both
+    /// (`dual_rms_norm_plus_res`, `moe_output`: one launch instead of three).
     fn feed_forward(
         &self,
         x: &Tensor,
@@ -988,11 +986,16 @@ impl DecoderLayer {
                 let (x, h) = dual_rms_norm_plus_res(&x, &branch, norms, eps)?;
                 Ok((x, Some(h)))
             }
-            (Some((branch, post_norm)), None) => {
-                let x = rms_norm_plus_add(&x, &branch, post_norm, eps)?;
-                Ok((x.affine(self.layer_scalar, 0.0)?, None))
+            (last_add, next_input_norm) => {
+                if let Some((branch, post_norm)) = last_add {
+                    x = rms_norm_plus_add(&x, &branch, post_norm, eps)?;
+                }
+                let x = x.affine(self.layer_scalar, 0.0)?;
+                let next_input = next_input_norm
+                    .map(|norm| rms_norm(&x, Some(norm), eps))
+                    .transpose()?;
+                Ok((x, next_input))
             }
-            (None, _) => Ok((x.affine(self.layer_scalar, 0.0)?, None)),
         }
     }
 }
