@@ -50,7 +50,15 @@ const CUDA_GEMV_MAX_ROWS: usize = 8;
 const WARPS_PER_BLOCK: usize = 4;
 const MIN_WARPS: usize = 2048;
 /// W loads each lane issues before using them (`G4_GEMV_BATCH`).
-const LOADS_PER_LANE: usize = 8;
+pub(super) const LOADS_PER_LANE: usize = 8;
+/// Single-row projections up to this many columns take the narrow kernel: half the loads per
+/// lane (`G4_GEMV_NARROW_BATCH`), so more warps share each column. Measured per shape on the H200
+/// (bf16, one row, a graph of launches on distinct weights): faster for every projection of
+/// E4B, 26B-A4B and 31B up to 5,376 columns (E4B down 2560 × 10240: 17.0 µs against 18.7;
+/// 26B-A4B o 2816 × 4096: 8.7 against 10.3), slower from 6,144 up (E4B's full-layer q/k/v,
+/// gate/up, the head).
+const NARROW_MAX_COLUMNS: usize = 5376;
+const NARROW_LOADS_PER_LANE: usize = 4;
 
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
 /// keep one f32 sum per X row (src/kernels/cuda/gemv.cuh, instantiated in linear.cu); otherwise
@@ -69,9 +77,14 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !vector_aligned(&rows) || !vector_aligned(&w_rows) {
         return composed(x, w);
     }
-    let (grid, warps_per_col) = gemv_geometry(n, k / per_vector, warp_lanes(x.device()));
-    // One row (every decode step) has its own entry point: fewer registers, more warps in flight.
-    let kernel = if m == 1 { "linear_one_row" } else { "linear" };
+    // One row (every decode step) has its own entry points: fewer registers, more warps in flight.
+    let (kernel, loads_per_lane) = match m {
+        1 if n <= NARROW_MAX_COLUMNS => ("linear_one_row_narrow", NARROW_LOADS_PER_LANE),
+        1 => ("linear_one_row", LOADS_PER_LANE),
+        _ => ("linear", LOADS_PER_LANE),
+    };
+    let (grid, warps_per_col) =
+        gemv_geometry(n, k / per_vector, warp_lanes(x.device()), loads_per_lane);
     let out = empty((m, n), x.dtype(), x.device())?;
     let args = [
         Arg::Tensor(&rows),
@@ -86,13 +99,19 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     out.reshape(out_shape)
 }
 
-/// The GEMV's launch for `n` columns of `vectors` 16-byte vectors on `lanes`-wide warps, and the
-/// warps that share a column. Each column's K is split over enough warps that every lane issues
-/// all its W loads in one batch (one memory round trip), and narrow projections over more, so
+/// The GEMV's launch for `n` columns of `vectors` 16-byte vectors on `lanes`-wide warps whose
+/// lanes issue `loads_per_lane` W loads at a time, and the warps that share a column. Each
+/// column's K is split over enough warps that every lane issues all its W loads in one batch
+/// (one memory round trip), and narrow projections over more, so
 /// that at least `MIN_WARPS` warps stream W. A block holds `WARPS_PER_BLOCK` warps, so
 /// `WARPS_PER_BLOCK / warps_per_col` columns, whatever the warp width.
-pub(super) fn gemv_geometry(n: usize, vectors: usize, lanes: usize) -> (Grid, usize) {
-    let one_batch = vectors.div_ceil(lanes * LOADS_PER_LANE);
+pub(super) fn gemv_geometry(
+    n: usize,
+    vectors: usize,
+    lanes: usize,
+    loads_per_lane: usize,
+) -> (Grid, usize) {
+    let one_batch = vectors.div_ceil(lanes * loads_per_lane);
     let warps_per_col = one_batch
         .max(MIN_WARPS.div_ceil(n))
         .next_power_of_two()
@@ -152,7 +171,17 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "up to 8 rows (decode), K a whole number of 16-byte vectors",
+        shapes: "one row (decode), up to 5,376 columns, K a whole number of 16-byte vectors",
+        path: "native GEMV, narrow: half the loads per lane, more warps per column",
+        case: "M1 N2816 K4096",
+    },
+    ShapePath {
+        shapes: "one row (decode), more than 5,376 columns, K a whole number of 16-byte vectors",
+        path: "native GEMV, one-row entry point",
+        case: "M1 N8192 K4096",
+    },
+    ShapePath {
+        shapes: "2 to 8 rows, K a whole number of 16-byte vectors",
         path: "native GEMV: W streamed once for all rows",
         case: "M8 N64 K512",
     },
@@ -170,8 +199,9 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, a wide
-    // decode GEMV with 5 rows, and last (the one `--perf` times) a decode GEMV of a model's size
-    // whose W (64 MiB in bf16) is larger than the L2 cache, so its time is HBM's.
+    // decode GEMV with 5 rows, a narrow one-row projection of 26B-A4B's size (its o), and last
+    // (the one `--perf` times) a decode GEMV of a model's size whose W (64 MiB in bf16) is
+    // larger than the L2 cache, so its time is HBM's.
     let shapes = [
         (1, 37, 64),
         (3, 130, 264),
@@ -179,6 +209,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (2, 19, 27),
         (24, 48, 96),
         (5, 9000, 200),
+        (1, 2816, 4096),
         (1, 8192, 4096),
     ];
     matmul_cases(device, dtype, rng, &shapes)
@@ -227,14 +258,16 @@ mod tests {
                 (262144, 320),
                 (128, 2688),
             ] {
-                let (grid, warps_per_col) = gemv_geometry(n, vectors, lanes);
-                let columns_per_block = grid.warps(lanes) / warps_per_col;
-                assert!(columns_per_block >= 1, "n {n} lanes {lanes}");
-                assert!(
-                    grid.blocks as usize * columns_per_block >= n,
-                    "n {n} lanes {lanes}"
-                );
-                assert!(grid.threads <= 1024 && grid.warps(lanes) <= 32);
+                for loads in [LOADS_PER_LANE, NARROW_LOADS_PER_LANE] {
+                    let (grid, warps_per_col) = gemv_geometry(n, vectors, lanes, loads);
+                    let columns_per_block = grid.warps(lanes) / warps_per_col;
+                    assert!(columns_per_block >= 1, "n {n} lanes {lanes} loads {loads}");
+                    assert!(
+                        grid.blocks as usize * columns_per_block >= n,
+                        "n {n} lanes {lanes} loads {loads}"
+                    );
+                    assert!(grid.threads <= 1024 && grid.warps(lanes) <= 32);
+                }
             }
         }
     }

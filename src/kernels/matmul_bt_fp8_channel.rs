@@ -59,8 +59,12 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         return linear::composed(x, &dense);
     }
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
-    let (grid, warps_per_col) =
-        linear::gemv_geometry(n, k / WEIGHTS_PER_VECTOR, warp_lanes(x.device()));
+    let (grid, warps_per_col) = linear::gemv_geometry(
+        n,
+        k / WEIGHTS_PER_VECTOR,
+        warp_lanes(x.device()),
+        linear::LOADS_PER_LANE,
+    );
     // One row (every decode step) has its own entry point: fewer registers, more warps in flight.
     let kernel = if m == 1 {
         "matmul_bt_fp8_channel_one_row"

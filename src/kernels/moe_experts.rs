@@ -159,6 +159,8 @@ pub(super) const NATIVE_MAX_TOKENS: usize = 8;
 /// Experts per token the down kernel holds sums for (`G4_MOE_MAX_SLOTS`).
 pub(super) const NATIVE_MAX_SLOTS: usize = 8;
 const WARPS_PER_BLOCK: usize = 8;
+/// Warps that share one gate/up column (the gate_up kernel's block: one per row and column).
+const GATE_UP_WARPS_PER_COLUMN: usize = 4;
 
 /// CUDA arm: two launches (src/kernels/cuda/moe_experts.cu): gate_up with the activation fused,
 /// then down with the weighted combine, each warp streaming one weight row per output.
@@ -418,9 +420,9 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     Ok(vec![moe_experts_on(arm, f(0), c.raw(0), f(1), f(2), f(3))?])
 }
 
-/// The two kernels' launches: gate_up gives a warp each (row, column) of the `tokens · slots`
-/// rows of width `width`, down each (token, output column); blocks of `WARPS_PER_BLOCK` warps
-/// on `lanes`-wide warps.
+/// The two kernels' launches on `lanes`-wide warps: gate_up gives a block of
+/// `GATE_UP_WARPS_PER_COLUMN` warps each (row, column) of the `tokens · slots` rows of width
+/// `width`; down a warp each (token, output column), in blocks of `WARPS_PER_BLOCK` warps.
 pub(super) fn expert_grids(
     tokens: usize,
     slots: usize,
@@ -430,11 +432,7 @@ pub(super) fn expert_grids(
 ) -> (super::native::Grid, super::native::Grid) {
     use super::native::Grid;
     (
-        Grid::of_warps(
-            tokens * slots * width.div_ceil(WARPS_PER_BLOCK),
-            WARPS_PER_BLOCK,
-            lanes,
-        ),
+        Grid::of_warps(tokens * slots * width, GATE_UP_WARPS_PER_COLUMN, lanes),
         Grid::of_warps(
             tokens * hidden.div_ceil(WARPS_PER_BLOCK),
             WARPS_PER_BLOCK,
@@ -448,7 +446,8 @@ mod tests {
     use crate::kernels::native::WARP_WIDTHS;
 
     /// The kernels read their block's warp count from blockDim and warpSize and walk rows (or
-    /// tokens) block by block: every block must hold `WARPS_PER_BLOCK` warps.
+    /// tokens) block by block: gate_up's blocks must hold `GATE_UP_WARPS_PER_COLUMN` warps, one
+    /// block per output; down's `WARPS_PER_BLOCK`.
     #[test]
     fn the_grids_cover_every_output_on_any_warp_width() {
         for lanes in WARP_WIDTHS {
@@ -456,12 +455,9 @@ mod tests {
                 [(1, 8, 2816, 704), (3, 2, 64, 24), (8, 8, 100, 9)]
             {
                 let (gate_up, down) = super::expert_grids(tokens, slots, hidden, width, lanes);
-                for grid in [gate_up, down] {
-                    assert_eq!(grid.warps(lanes), super::WARPS_PER_BLOCK);
-                }
-                let per_row = width.div_ceil(super::WARPS_PER_BLOCK);
-                assert_eq!(gate_up.blocks as usize, tokens * slots * per_row);
-                assert!(per_row * super::WARPS_PER_BLOCK >= width);
+                assert_eq!(gate_up.warps(lanes), super::GATE_UP_WARPS_PER_COLUMN);
+                assert_eq!(down.warps(lanes), super::WARPS_PER_BLOCK);
+                assert_eq!(gate_up.blocks as usize, tokens * slots * width);
                 let per_token = hidden.div_ceil(super::WARPS_PER_BLOCK);
                 assert!(
                     down.blocks as usize == tokens * per_token

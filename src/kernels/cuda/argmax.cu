@@ -48,6 +48,7 @@ __device__ void argmax_chunks(const T* x, float* partial_values, unsigned* parti
 
 extern "C" __global__ void g4_argmax_merge(const float* partial_values, const unsigned* partial_indices,
                                            unsigned* out, int chunks) {
+    G4_KERNEL_START();
     const int row = blockIdx.x;
     float best = -INFINITY;
     unsigned best_index = 0xffffffffu;
@@ -62,6 +63,7 @@ extern "C" __global__ void g4_argmax_merge(const float* partial_values, const un
     extern "C" __global__ void g4_argmax_chunks_##NAME(const T* x, float* partial_values,                  \
                                                         unsigned* partial_indices, int n, int chunk_size,    \
                                                         int chunks) {                                        \
+        G4_KERNEL_START();                                                                                  \
         argmax_chunks<T>(x, partial_values, partial_indices, n, chunk_size, chunks);                        \
     }
 // Logits are f32.

@@ -177,15 +177,18 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
         g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, T* out, float* partial_acc, \
                             float* partial_stats, int heads, int kv_heads, int seq, int keys, int d,        \
                             size_t kv_head_stride, float scale, int splits) {                               \
+        G4_KERNEL_START();                                                                                   \
         attention_chunk<T>(q, k, v, mask, out, partial_acc, partial_stats, heads, kv_heads, seq, keys, d,    \
                            kv_head_stride, scale, splits);                                                   \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
                                                          T* out, int d, int splits) {                        \
+        G4_KERNEL_START();                                                                                   \
         attention_merge<T>(partial_acc, partial_stats, out, d, splits);                                      \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_softmax_##NAME(const T* scores, const float* mask, T* probs,     \
                                                            int seq, int keys, float scale) {                 \
+        G4_KERNEL_START();                                                                                   \
         attention_softmax<T>(scores, mask, probs, seq, keys, scale);                                         \
     }
 G4_FOR_FLOAT_TYPES(G4_ATTENTION)

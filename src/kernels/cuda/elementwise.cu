@@ -8,11 +8,13 @@
 
 #define G4_ELEMENTWISE(NAME, T)                                                                            \
     extern "C" __global__ void g4_gelu_mul_##NAME(const T* gate, const T* up, T* out, size_t n) {        \
+        G4_KERNEL_START();                                                                                 \
         G4_GRID_STRIDE(i, n) {                                                                             \
             out[i] = g4_from_f32<T>(g4_round<T>(g4_gelu_tanh(g4_to_f32(gate[i]))) * g4_to_f32(up[i]));       \
         }                                                                                                  \
     }                                                                                                      \
     extern "C" __global__ void g4_gelu_and_mul_##NAME(const T* packed, T* out, unsigned rows, unsigned d) { \
+        G4_KERNEL_START();                                                                                    \
         for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * d; i += gridDim.x * blockDim.x) { \
             const unsigned r = i / d, j = i - r * d;                                                       \
             const float g = g4_round<T>(g4_gelu_tanh(g4_to_f32(packed[r * 2 * d + j])));                     \
@@ -20,6 +22,7 @@
         }                                                                                                  \
     }                                                                                                      \
     extern "C" __global__ void g4_softcap_##NAME(const T* x, T* out, size_t n, float cap) {              \
+        G4_KERNEL_START();                                                                               \
         G4_GRID_STRIDE(i, n) { out[i] = g4_from_f32<T>(cap * tanhf(g4_to_f32(x[i]) / cap)); }            \
     }
 G4_FOR_FLOAT_TYPES(G4_ELEMENTWISE)

@@ -55,6 +55,7 @@ __device__ void dequant_fp8_channel(const uint8_t* w, const float* scale, T* out
 #define G4_FP8(NAME, T)                                                                                    \
     extern "C" __global__ void g4_dequant_fp8_channel_##NAME(const uint8_t* w, const float* scale, T* out, \
                                                              size_t rows, size_t cols) {                   \
+        G4_KERNEL_START();                                                                                 \
         dequant_fp8_channel<T>(w, scale, out, rows, cols);                                                 \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8)
@@ -71,11 +72,13 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
     extern "C" __global__ void g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,               \
                                                                const float* scale, T* y, int m, int n,     \
                                                                int k, int warps_per_col) {                 \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                        \
         gemv<T, E4m3Weights, G4_GEMV_MAX_ROWS>(x, w, scale, y, m, n, k, warps_per_col);                    \
     }                                                                                                      \
     extern "C" __global__ void g4_matmul_bt_fp8_channel_one_row_##NAME(const T* x, const uint8_t* w,       \
                                                                        const float* scale, T* y, int m,    \
                                                                        int n, int k, int warps_per_col) {  \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                        \
         gemv<T, E4m3Weights, 1>(x, w, scale, y, m, n, k, warps_per_col);                                   \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)

@@ -34,6 +34,29 @@ typedef __half g4_f16;
 
 #include <stdint.h>
 
+// Programmatic dependent launch (Hopper and newer; the host asks for it there): a kernel may
+// start while the one before it in the stream finishes. Every g4 kernel lets the next one launch
+// at once, and waits for the kernels before it to complete before it reads anything they wrote
+// or writes anything itself; the decode GEMVs load their first weights before waiting, which is
+// the point (a GEMV's start overlaps the short kernel before it). Elsewhere both are no-ops.
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define G4_LET_DEPENDENTS_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define G4_WAIT_FOR_INPUTS() asm volatile("griddepcontrol.wait;" ::: "memory")
+#else
+#define G4_LET_DEPENDENTS_LAUNCH() \
+    do {                           \
+    } while (0)
+#define G4_WAIT_FOR_INPUTS() \
+    do {                     \
+    } while (0)
+#endif
+// The first statement of every kernel that reads nothing before its inputs are ready.
+#define G4_KERNEL_START()          \
+    do {                           \
+        G4_LET_DEPENDENTS_LAUNCH(); \
+        G4_WAIT_FOR_INPUTS();      \
+    } while (0)
+
 __device__ __forceinline__ float g4_to_f32(float x) { return x; }
 __device__ __forceinline__ float g4_to_f32(g4_bf16 x) { return g4_bf16_to_f32(x); }
 __device__ __forceinline__ float g4_to_f32(g4_f16 x) { return __half2float(x); }

@@ -55,10 +55,12 @@ __device__ void moe_router_topk(const T* logits, const T* per_expert_scale, floa
     extern "C" __global__ void g4_moe_router_topk_##NAME(const T* logits, const T* per_expert_scale,       \
                                                          float* weights, uint32_t* experts, int rows,      \
                                                          int num_experts, int k) {                         \
+        G4_KERNEL_START();                                                                                 \
         moe_router_topk<T>(logits, per_expert_scale, weights, experts, rows, num_experts, k);              \
     }                                                                                                      \
     extern "C" __global__ void g4_moe_gather_rows_##NAME(const T* x, const uint32_t* rows, T* out,          \
                                                          size_t count, size_t cols) {                      \
+        G4_KERNEL_START();                                                                                  \
         for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count * cols;                    \
              i += (size_t)gridDim.x * blockDim.x) {                                                       \
             out[i] = x[(size_t)rows[i / cols] * cols + i % cols];                                          \
@@ -67,6 +69,7 @@ __device__ void moe_router_topk(const T* logits, const T* per_expert_scale, floa
     extern "C" __global__ void g4_moe_weighted_scatter_add_##NAME(float* out, const uint32_t* tokens,       \
                                                                   const float* weights, const T* y,         \
                                                                   size_t count, size_t cols) {              \
+        G4_KERNEL_START();                                                                                  \
         for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count * cols;                    \
              i += (size_t)gridDim.x * blockDim.x) {                                                       \
             const size_t r = i / cols;                                                                     \
@@ -76,6 +79,7 @@ __device__ void moe_router_topk(const T* logits, const T* per_expert_scale, floa
 G4_FOR_FLOAT_TYPES(G4_ROUTER)
 
 extern "C" __global__ void g4_moe_zero_f32(float* out, size_t n) {
+    G4_KERNEL_START();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) out[i] = 0.0f;
 }
 

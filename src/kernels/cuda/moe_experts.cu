@@ -3,45 +3,47 @@
 // with MoE layers can be captured as a graph.
 //   gate_up: h[r, j] = gelu(x[t]·Wgu[e, j]) · (x[t]·Wgu[e, W + j])   r = t·K + slot, e = ids[r]
 //   down:    out[t, c] = Σ_slot w[r] · (h[r]·Wd[e, c])                (f32)
-// Each warp reduces one output over its whole row with batches of independent 16-byte loads
-// (a decode GEMV is bound by memory latency unless many loads are in flight); rounding to T
+// Each output is reduced with batches of independent 16-byte loads (a decode GEMV is bound by
+// memory latency unless many loads are in flight); rounding to T
 // happens where the composed arm stores an intermediate in T. The weights are T (moe_experts)
 // or e4m3 with one f32 scale per row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in
 // registers, the scale applied to each row's sum), through gemv.cuh's weight decoders.
 #include "gemv.cuh"
 
 #define G4_MOE_BATCH 8
+#define G4_MOE_GATE_UP_BATCH 4
 #define G4_MOE_MAX_SLOTS 8
 
-// gate_up: one warp per (row r, column j); blocks run over the columns of row 0, then row 1, ...
+// gate_up: one block per (row r, column j), blocks running over the columns of row 0, then row
+// 1, ...; the block's warps split the hidden range, each lane loading its share of both rows in
+// one batch. (H200, bf16, 26B-A4B's experts, top-8: 17.9 µs per call with four warps per
+// column, against 20.6 with one warp per column over the whole row.)
 template <typename T, typename W>
 __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typename W::Stored* gate_up,
                                     const float* scale, T* h, int slots, int hidden, int width) {
     const int warp_size = warpSize;
-    const int lane = threadIdx.x % warp_size;
-    const int warps = blockDim.x / warp_size;
-    const int blocks_per_row = (width + warps - 1) / warps;
-    const int r = blockIdx.x / blocks_per_row;
-    const int j = (blockIdx.x % blocks_per_row) * warps + threadIdx.x / warp_size;
-    if (j >= width) return;
+    const int lane = threadIdx.x % warp_size, part = threadIdx.x / warp_size;
+    const int parts = blockDim.x / warp_size;
+    const int r = blockIdx.x / width, j = blockIdx.x % width;
     const size_t expert = ids[r];
     const size_t gate_row = expert * 2 * width + j, up_row = gate_row + width;
     const T* x_row = x + (size_t)(r / slots) * hidden;
     const uint4* gate = reinterpret_cast<const uint4*>(gate_up + gate_row * hidden);
     const uint4* up = reinterpret_cast<const uint4*>(gate_up + up_row * hidden);
     const int vectors = hidden / W::per_vector;
+    const int step = warp_size * parts;
     float g = 0.0f, u = 0.0f;
-    for (int base = lane; base < vectors; base += warp_size * G4_MOE_BATCH) {
-        uint4 gb[G4_MOE_BATCH], ub[G4_MOE_BATCH];
+    for (int base = part * warp_size + lane; base < vectors; base += step * G4_MOE_GATE_UP_BATCH) {
+        uint4 gb[G4_MOE_GATE_UP_BATCH], ub[G4_MOE_GATE_UP_BATCH];
 #pragma unroll
-        for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * warp_size;
+        for (int b = 0; b < G4_MOE_GATE_UP_BATCH; ++b) {
+            const int i = base + b * step;
             gb[b] = i < vectors ? gate[i] : make_uint4(0, 0, 0, 0);
             ub[b] = i < vectors ? up[i] : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
-        for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * warp_size;
+        for (int b = 0; b < G4_MOE_GATE_UP_BATCH; ++b) {
+            const int i = base + b * step;
             if (i >= vectors) break;
             float xf[W::per_vector], gf[W::per_vector], uf[W::per_vector];
             x_values<T, W>(x_row, i, xf);
@@ -58,7 +60,16 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typen
         g += G4_SHFL_XOR(g, bits);
         u += G4_SHFL_XOR(u, bits);
     }
-    if (lane == 0) {
+    __shared__ float2 partial[G4_GEMV_MAX_WARPS];
+    if (lane == 0) partial[part] = make_float2(g, u);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        g = 0.0f;
+        u = 0.0f;
+        for (int p = 0; p < parts; ++p) {
+            g += partial[p].x;
+            u += partial[p].y;
+        }
         g *= W::row_scale(scale, gate_row);
         u *= W::row_scale(scale, up_row);
         const float activated = g4_round<T>(g4_gelu_tanh(g4_round<T>(g)));
@@ -133,22 +144,26 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
     extern "C" __global__ void g4_moe_experts_gate_up_##NAME(const T* x, const uint32_t* ids,                \
                                                              const T* gate_up, T* h, int slots,              \
                                                              int hidden, int width) {                        \
+        G4_KERNEL_START();                                                                                   \
         moe_experts_gate_up<T, DenseWeights<T>>(x, ids, gate_up, nullptr, h, slots, hidden, width);          \
     }                                                                                                        \
     extern "C" __global__ void g4_moe_experts_down_##NAME(const T* h, const uint32_t* ids,                   \
                                                           const float* weights, const T* down, float* out,   \
                                                           int slots, int hidden, int width) {                \
+        G4_KERNEL_START();                                                                                   \
         moe_experts_down<T, DenseWeights<T>>(h, ids, weights, down, nullptr, out, slots, hidden, width);     \
     }                                                                                                        \
     extern "C" __global__ void g4_moe_experts_fp8_gate_up_##NAME(const T* x, const uint32_t* ids,            \
                                                                  const uint8_t* gate_up, const float* scale, \
                                                                  T* h, int slots, int hidden, int width) {   \
+        G4_KERNEL_START();                                                                                   \
         moe_experts_gate_up<T, E4m3Weights>(x, ids, gate_up, scale, h, slots, hidden, width);                \
     }                                                                                                        \
     extern "C" __global__ void g4_moe_experts_fp8_down_##NAME(const T* h, const uint32_t* ids,               \
                                                               const float* weights, const uint8_t* down,     \
                                                               const float* scale, float* out, int slots,     \
                                                               int hidden, int width) {                       \
+        G4_KERNEL_START();                                                                                   \
         moe_experts_down<T, E4m3Weights>(h, ids, weights, down, scale, out, slots, hidden, width);           \
     }
 G4_FOR_FLOAT_TYPES(G4_MOE_EXPERTS)

@@ -220,32 +220,38 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
 #define G4_NORM_KERNELS(NAME, T, V, WIDE)                                                                   \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
         g4_rms_norm##WIDE##_##NAME(const T* x, const T* w, T* out, int cols, float eps) {                   \
+        G4_KERNEL_START();                                                                                  \
         rms_norm<T, V>(x, w, out, cols, eps);                                                               \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_plus_add##WIDE##_##NAME(  \
         const T* residual, const T* x, const T* w, T* out, int cols, float eps) {                           \
+        G4_KERNEL_START();                                                                                  \
         rms_norm_plus_add<T, V>(residual, x, w, out, cols, eps);                                            \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
         g4_dual_rms_norm_plus_res##WIDE##_##NAME(const T* residual, const T* x, const T* w1, const T* w2,   \
                                                  T* out_residual, T* out_y, int cols, float residual_scale, \
                                                  float eps) {                                               \
+        G4_KERNEL_START();                                                                                  \
         dual_rms_norm_plus_res<T, V>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps);  \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
         T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code, float eps) {             \
+        G4_KERNEL_START();                                                                                   \
         qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, seq, q_heads, kv_heads, d,   \
                             kv_code, eps);                                                                  \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs##WIDE##_##NAME(        \
         const T* residual, const T* router_scale, const T* experts_norm, T* router_out, T* experts_out,       \
         int cols, float factor, float eps) {                                                                \
+        G4_KERNEL_START();                                                                                   \
         moe_inputs<T, V>(residual, router_scale, experts_norm, router_out, experts_out, cols, factor, eps);  \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output##WIDE##_##NAME(        \
         const T* residual, const T* dense, const float* experts, const T* w1, const T* w2, const T* w3,      \
         const T* w4, T* out, T* next, int cols, float output_scale, float eps) {                            \
+        G4_KERNEL_START();                                                                                  \
         moe_output<T, V>(residual, dense, experts, w1, w2, w3, w4, out, next, cols, output_scale, eps);     \
     }
 #define G4_NORMS(NAME, T) G4_NORM_KERNELS(NAME, T, 8, ) G4_NORM_KERNELS(NAME, T, 16, _wide)

@@ -5,6 +5,7 @@
 #define G4_ROPE(NAME, T)                                                                                   \
     extern "C" __global__ void g4_rope_##NAME(const T* x, const float* cos, const float* sin, T* out,     \
                                               size_t batch_seq_heads, int seq, int heads, int d) {          \
+        G4_KERNEL_START();                                                                                 \
         const int half = d / 2;                                                                            \
         for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < batch_seq_heads * half;          \
              i += (size_t)gridDim.x * blockDim.x) {                                                       \

@@ -2,11 +2,12 @@
 //! compiled to PTX by build.rs) launched on candle's stream, cuBLAS on candle's handle, output
 //! allocation and CUDA graph capture. Compiled only with `--features cuda`.
 use super::{Arg, Grid};
-use candle_core::cuda::cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+use candle_core::cuda::cudarc::driver::{sys, CudaFunction, DevicePtr};
 use candle_core::cuda::{CudaStorage, CudaStorageSlice, WrapErr};
 use candle_core::op::BackpropOp;
 use candle_core::{DType, Device, Result, Shape, Storage, Tensor};
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 
 /// g4's kernels for every target at once (build.rs): the driver picks the machine code for the
@@ -112,25 +113,67 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut builder = stream.launch_builder(&func);
-    for value in &values {
-        match value {
-            Value::Pointer(p) => builder.arg(p),
-            Value::I32(v) => builder.arg(v),
-            Value::U32(v) => builder.arg(v),
-            Value::Usize(v) => builder.arg(v),
-            Value::F32(v) => builder.arg(v),
-        };
-    }
-    let config = LaunchConfig {
-        grid_dim: (grid.blocks, 1, 1),
-        block_dim: (grid.threads, 1, 1),
-        shared_mem_bytes: 0,
+    let mut params: Vec<*mut c_void> = values
+        .iter()
+        .map(|value| match value {
+            Value::Pointer(p) => p as *const u64 as *mut c_void,
+            Value::I32(v) => v as *const i32 as *mut c_void,
+            Value::U32(v) => v as *const u32 as *mut c_void,
+            Value::Usize(v) => v as *const usize as *mut c_void,
+            Value::F32(v) => v as *const f32 as *mut c_void,
+        })
+        .collect();
+    // Where the GPU has it, each g4 kernel may start while the one before it finishes: every
+    // kernel waits for its inputs itself (G4_KERNEL_START in g4_compat.cuh), and the decode
+    // GEMVs load their first weights before they wait.
+    let mut overlap: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    overlap.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: grid.threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream.cu_stream(),
+        attrs: &mut overlap,
+        numAttrs: u32::from(overlaps_launches(dev)?),
     };
+    stream.context().bind_to_thread().w()?;
     // SAFETY: every pointer argument is a live, contiguous CUDA tensor of the dtype the
-    // kernel was chosen for, sized by the caller's shape checks.
-    unsafe { builder.launch(config) }.w()?;
+    // kernel was chosen for, sized by the caller's shape checks; `params` points into `values`,
+    // which outlives the call, one entry per kernel parameter in order.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            func.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .w()?;
     Ok(())
+}
+
+/// Whether g4's kernels launch with programmatic stream serialization on this device: on
+/// compute capability 9.0 and newer (where `griddepcontrol` exists), unless `G4_PDL=0`
+/// asks for plain stream order (to measure what the overlap buys).
+fn overlaps_launches(dev: &candle_core::CudaDevice) -> Result<bool> {
+    static BY_DEVICE: OnceLock<Mutex<HashMap<candle_core::cuda::DeviceId, bool>>> = OnceLock::new();
+    let mut known = BY_DEVICE
+        .get_or_init(Default::default)
+        .lock()
+        .expect("launch overlap cache lock");
+    if let Some(&overlaps) = known.get(&dev.id()) {
+        return Ok(overlaps);
+    }
+    let (major, _) = dev.cuda_stream().context().compute_capability().w()?;
+    let overlaps = major >= 9 && std::env::var("G4_PDL").as_deref() != Ok("0");
+    known.insert(dev.id(), overlaps);
+    Ok(overlaps)
 }
 
 /// `C' = α·A·Bᵀ + β·C` with cuBLAS on candle's handle; A `[M, K]`, B `[N, K]`, C `[M, N]`,

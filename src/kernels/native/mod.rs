@@ -576,4 +576,40 @@ mod tests {
             assert!(super::per_row(1, 8200, lanes).is_none());
         }
     }
+
+    /// Every kernel may start before the one before it has finished (programmatic dependent
+    /// launch, native/cuda.rs): each entry point's body must begin with `G4_KERNEL_START`, or,
+    /// for the GEMVs that load weights before their input, let dependents launch and leave the
+    /// wait to gemv.cuh. A kernel without either would read its input early.
+    #[test]
+    fn every_kernel_waits_for_its_inputs() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kernels/cuda");
+        let mut kernels = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "cu") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            for (at, _) in source.match_indices("__global__") {
+                let body = &source[at..][source[at..].find('{').unwrap() + 1..];
+                let first = body
+                    .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                    .split(';')
+                    .next()
+                    .unwrap();
+                let streaming = first == "G4_LET_DEPENDENTS_LAUNCH()"
+                    && body.split('}').next().unwrap().contains("gemv<");
+                assert!(
+                    first == "G4_KERNEL_START()" || streaming,
+                    "{}: a kernel starts with `{first}`",
+                    path.display()
+                );
+                kernels += 1;
+            }
+        }
+        assert!(kernels >= 28, "found {kernels} kernels under {}", dir.display());
+        let gemv = std::fs::read_to_string(dir.join("gemv.cuh")).unwrap();
+        assert!(gemv.contains("G4_WAIT_FOR_INPUTS()"));
+    }
 }
