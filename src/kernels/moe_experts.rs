@@ -158,7 +158,6 @@ pub(super) fn grouped(
 pub(super) const NATIVE_MAX_TOKENS: usize = 8;
 /// Experts per token the down kernel holds sums for (`G4_MOE_MAX_SLOTS`).
 pub(super) const NATIVE_MAX_SLOTS: usize = 8;
-const WARPS_PER_BLOCK: usize = 8;
 /// Warps that share one gate/up column (the gate_up kernel's block: one per row and column).
 const GATE_UP_WARPS_PER_COLUMN: usize = 4;
 
@@ -422,7 +421,7 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
 
 /// The two kernels' launches on `lanes`-wide warps: gate_up gives a block of
 /// `GATE_UP_WARPS_PER_COLUMN` warps each (row, column) of the `tokens · slots` rows of width
-/// `width`; down a warp each (token, output column), in blocks of `WARPS_PER_BLOCK` warps.
+/// `width`; down a block of one warp per slot each (token, output column).
 pub(super) fn expert_grids(
     tokens: usize,
     slots: usize,
@@ -433,11 +432,7 @@ pub(super) fn expert_grids(
     use super::native::Grid;
     (
         Grid::of_warps(tokens * slots * width, GATE_UP_WARPS_PER_COLUMN, lanes),
-        Grid::of_warps(
-            tokens * hidden.div_ceil(WARPS_PER_BLOCK),
-            WARPS_PER_BLOCK,
-            lanes,
-        ),
+        Grid::of_warps(tokens * hidden, slots, lanes),
     )
 }
 
@@ -447,7 +442,7 @@ mod tests {
 
     /// The kernels read their block's warp count from blockDim and warpSize and walk rows (or
     /// tokens) block by block: gate_up's blocks must hold `GATE_UP_WARPS_PER_COLUMN` warps, one
-    /// block per output; down's `WARPS_PER_BLOCK`.
+    /// block per output; down's one warp per slot, one block per output.
     #[test]
     fn the_grids_cover_every_output_on_any_warp_width() {
         for lanes in WARP_WIDTHS {
@@ -456,13 +451,9 @@ mod tests {
             {
                 let (gate_up, down) = super::expert_grids(tokens, slots, hidden, width, lanes);
                 assert_eq!(gate_up.warps(lanes), super::GATE_UP_WARPS_PER_COLUMN);
-                assert_eq!(down.warps(lanes), super::WARPS_PER_BLOCK);
                 assert_eq!(gate_up.blocks as usize, tokens * slots * width);
-                let per_token = hidden.div_ceil(super::WARPS_PER_BLOCK);
-                assert!(
-                    down.blocks as usize == tokens * per_token
-                        && per_token * super::WARPS_PER_BLOCK >= hidden
-                );
+                assert_eq!(down.warps(lanes), slots);
+                assert_eq!(down.blocks as usize, tokens * hidden);
             }
         }
     }

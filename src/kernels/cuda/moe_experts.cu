@@ -77,67 +77,52 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typen
     }
 }
 
-// down + weighted combine: one warp per (token t, column c); blocks run over the columns of
-// token 0, then token 1, ...
+// down + weighted combine: one block per (token t, output column c), blocks running over the
+// columns of token 0, then token 1, ...; warp s reads slot s's row of its expert (contiguous),
+// and the slots' sums are combined in slot order. (H200, bf16, 26B-A4B's experts, top-8: 13.8
+// µs per call, against 17.0 with one warp per column walking all eight rows.)
 template <typename T, typename W>
 __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* weights,
                                  const typename W::Stored* down, const float* scale, float* out, int slots,
                                  int hidden, int width) {
     const int warp_size = warpSize;
-    const int lane = threadIdx.x % warp_size;
-    const int warps = blockDim.x / warp_size;
-    const int blocks_per_token = (hidden + warps - 1) / warps;
-    const int t = blockIdx.x / blocks_per_token;
-    const int c = (blockIdx.x % blocks_per_token) * warps + threadIdx.x / warp_size;
-    if (c >= hidden) return;
+    const int lane = threadIdx.x % warp_size, s = threadIdx.x / warp_size;
+    const int t = blockIdx.x / hidden, c = blockIdx.x % hidden;
     const int vectors = width / W::per_vector;
-    // The (slot, vector) pairs of all slots as one index space, so that every lane keeps a
-    // batch of loads in flight across slots.
-    const int total = slots * vectors;
-    float sum[G4_MOE_MAX_SLOTS];
-#pragma unroll
-    for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) sum[s] = 0.0f;
-    for (int base = lane; base < total; base += warp_size * G4_MOE_BATCH) {
-        uint4 wb[G4_MOE_BATCH];
-#pragma unroll
-        for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * warp_size;
-            if (i < total) {
-                const int slot = i / vectors;
-                const size_t expert = ids[(size_t)t * slots + slot];
-                wb[b] = reinterpret_cast<const uint4*>(down + (expert * hidden + c) * width)[i % vectors];
-            } else {
-                wb[b] = make_uint4(0, 0, 0, 0);
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < G4_MOE_BATCH; ++b) {
-            const int i = base + b * warp_size;
-            if (i >= total) break;
-            const int slot = i / vectors;
-            float hf[W::per_vector], wf[W::per_vector];
-            x_values<T, W>(h + ((size_t)t * slots + slot) * width, i % vectors, hf);
-            W::decode(wb[b], wf);
-            float partial = 0.0f;
-#pragma unroll
-            for (int e = 0; e < W::per_vector; ++e) partial += hf[e] * wf[e];
-#pragma unroll
-            for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
-                if (s == slot) sum[s] += partial;
-            }
-        }
-    }
-    float combined = 0.0f;
-#pragma unroll
-    for (int s = 0; s < G4_MOE_MAX_SLOTS; ++s) {
-        if (s >= slots) break;
-        float v = sum[s];
-        for (int bits = warp_size / 2; bits > 0; bits >>= 1) v += G4_SHFL_XOR(v, bits);
+    float sum = 0.0f;
+    if (s < slots) {
         const size_t expert = ids[(size_t)t * slots + s];
-        v *= W::row_scale(scale, expert * hidden + c);
-        combined += weights[(size_t)t * slots + s] * g4_round<T>(v);
+        const uint4* row = reinterpret_cast<const uint4*>(down + (expert * hidden + c) * width);
+        const T* h_row = h + ((size_t)t * slots + s) * width;
+        for (int base = lane; base < vectors; base += warp_size * G4_MOE_BATCH) {
+            uint4 wb[G4_MOE_BATCH];
+#pragma unroll
+            for (int b = 0; b < G4_MOE_BATCH; ++b) {
+                const int i = base + b * warp_size;
+                wb[b] = i < vectors ? row[i] : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int b = 0; b < G4_MOE_BATCH; ++b) {
+                const int i = base + b * warp_size;
+                if (i >= vectors) break;
+                float hf[W::per_vector], wf[W::per_vector];
+                x_values<T, W>(h_row, i, hf);
+                W::decode(wb[b], wf);
+#pragma unroll
+                for (int e = 0; e < W::per_vector; ++e) sum += hf[e] * wf[e];
+            }
+        }
+        for (int bits = warp_size / 2; bits > 0; bits >>= 1) sum += G4_SHFL_XOR(sum, bits);
+        sum *= W::row_scale(scale, expert * hidden + c);
     }
-    if (lane == 0) out[(size_t)t * hidden + c] = combined;
+    __shared__ float per_slot[G4_MOE_MAX_SLOTS];
+    if (lane == 0 && s < slots) per_slot[s] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float combined = 0.0f;
+        for (int q = 0; q < slots; ++q) combined += weights[(size_t)t * slots + q] * g4_round<T>(per_slot[q]);
+        out[(size_t)t * hidden + c] = combined;
+    }
 }
 
 #define G4_MOE_EXPERTS(NAME, T)                                                                              \

@@ -608,7 +608,11 @@ mod tests {
                 kernels += 1;
             }
         }
-        assert!(kernels >= 28, "found {kernels} kernels under {}", dir.display());
+        assert!(
+            kernels >= 28,
+            "found {kernels} kernels under {}",
+            dir.display()
+        );
         let gemv = std::fs::read_to_string(dir.join("gemv.cuh")).unwrap();
         assert!(gemv.contains("G4_WAIT_FOR_INPUTS()"));
     }
