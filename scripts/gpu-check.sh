@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|ab|ab-moe ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|ab|ab-moe ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -23,6 +23,7 @@
 #   adds G4 run under that environment as a third side; ab-moe (with G4_BASE): the same on 26B-A4B,
 #   bf16 alternated twice, then its FP8 rewrite once each (a call of its own: the disk holds one
 #   full-size checkpoint);
+#   kernel-bench: the standalone kernel benchmarks of scripts/kernel-bench (built by its build.sh);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -217,6 +218,13 @@ for test in ('pp512', 'tg64'):
     best = max(rate(one, 'graph', test), rate(one, 'eager', test))
     print(f"{test}: 1 GPU {best:.1f} (graph {rate(one, 'graph', test):.1f}, eager {rate(one, 'eager', test):.1f}), 2 GPUs {rate(two, 'eager', test):.1f}: {rate(two, 'eager', test) / best:.2f}x")
 PY
+  done
+fi
+if [[ " $STEPS " == *" kernel-bench "* ]]; then
+  # The standalone kernel benchmarks (scripts/kernel-bench/build.sh, built here, carried along).
+  for bench in gemv moe pdl; do
+    echo "== target/kernel-bench/${bench}_bench"
+    "target/kernel-bench/${bench}_bench" | tee "$OUT/kernel-bench-$bench.txt"
   done
 fi
 if [[ " $STEPS " == *" ab "* ]]; then

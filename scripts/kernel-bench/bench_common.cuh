@@ -1,0 +1,127 @@
+// What the standalone kernel benchmarks share: buffers filled with bf16 values near 1, a plain
+// read of a buffer (the floor for one launch of that many bytes), and timing as a CUDA graph of
+// launches replayed after a warm-up.
+#pragma once
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+#include "../../src/kernels/cuda/g4_compat.cuh"
+
+typedef g4_bf16 bf;
+
+#define CHECK(call)                                                                                 \
+    do {                                                                                            \
+        cudaError_t status = (call);                                                                \
+        if (status != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(status)); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+__global__ void read_bytes(const uint4* data, size_t vectors, float* sink) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    uint32_t acc = 0;
+    for (; i + 3 * stride < vectors; i += 4 * stride) {
+        const uint4 a = data[i], b = data[i + stride], c = data[i + 2 * stride], d = data[i + 3 * stride];
+        acc ^= a.x ^ b.y ^ c.z ^ d.w;
+    }
+    for (; i < vectors; i += stride) acc ^= data[i].x;
+    if (acc == 0x12345678u) sink[0] = 1.0f;  // keeps the loads
+}
+
+static float bf16_bits_to_float(uint16_t bits) {
+    const uint32_t u = (uint32_t)bits << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static double max_relative_difference(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        const double x = bf16_bits_to_float(a[i]), y = bf16_bits_to_float(b[i]);
+        worst = std::max(worst, fabs(x - y) / (fabs(x) + 1e-3));
+    }
+    return worst;
+}
+
+struct Bench {
+    cudaStream_t stream;
+    cudaEvent_t start, stop;
+    float* sink;
+    int sms;
+
+    Bench() {
+        cudaDeviceProp prop;
+        CHECK(cudaGetDeviceProperties(&prop, 0));
+        sms = prop.multiProcessorCount;
+        printf("%s, %d SMs, L2 %d MiB\n", prop.name, sms, prop.l2CacheSize >> 20);
+        CHECK(cudaStreamCreate(&stream));
+        CHECK(cudaEventCreate(&start));
+        CHECK(cudaEventCreate(&stop));
+        sink = alloc<float>(4);
+    }
+
+    template <typename T> T* alloc(size_t count) {
+        T* p;
+        CHECK(cudaMalloc(&p, count * sizeof(T)));
+        return p;
+    }
+
+    // bf16 values in [0.75, 1.25): sums stay finite, and no two kernels' outputs agree by accident.
+    bf* filled(size_t count) {
+        bf* p = alloc<bf>(count);
+        std::vector<uint16_t> chunk(std::min<size_t>(count, 1 << 24));
+        for (size_t i = 0; i < chunk.size(); ++i)
+            chunk[i] = (uint16_t)(0x3f40 + ((i * 2654435761u >> 16) & 0x7f));
+        for (size_t off = 0; off < count; off += chunk.size())
+            CHECK(cudaMemcpy(p + off, chunk.data(), std::min(chunk.size(), count - off) * 2, cudaMemcpyHostToDevice));
+        return p;
+    }
+
+    void read(const void* data, size_t bytes) {
+        const size_t vectors = bytes / 16;
+        const int blocks = (int)std::min<size_t>((size_t)sms * 8, (vectors + 511) / 512);
+        read_bytes<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(data), vectors, sink);
+    }
+
+    void sync() {
+        CHECK(cudaStreamSynchronize(stream));
+        CHECK(cudaGetLastError());
+    }
+
+    std::vector<uint16_t> download(const bf* p, size_t count) {
+        std::vector<uint16_t> host(count);
+        CHECK(cudaMemcpy(host.data(), p, count * 2, cudaMemcpyDeviceToHost));
+        return host;
+    }
+
+    // µs per launch: `launches` calls of `launch(i)` captured once, the graph replayed 10 times.
+    double graph_us(int launches, const std::function<void(int)>& launch) {
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        for (int i = 0; i < launches; ++i) launch(i);
+        CHECK(cudaStreamEndCapture(stream, &graph));
+        CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
+        const int replays = 10;
+        CHECK(cudaEventRecord(start, stream));
+        for (int i = 0; i < replays; ++i) CHECK(cudaGraphLaunch(exec, stream));
+        CHECK(cudaEventRecord(stop, stream));
+        CHECK(cudaEventSynchronize(stop));
+        CHECK(cudaGetLastError());
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
+        return ms * 1e3 / (replays * launches);
+    }
+};
