@@ -1,5 +1,5 @@
 //! The CUDA implementation behind the native seam: g4's kernels (src/kernels/cuda/*.cu,
-//! compiled to PTX by build.rs) launched on candle's stream, cuBLAS on candle's handle, output
+//! compiled to a fatbin by build.rs) launched on candle's stream, cuBLAS on candle's handle, output
 //! allocation and CUDA graph capture. Compiled only with `--features cuda`.
 use super::{Arg, Grid};
 use candle_core::cuda::cudarc::driver::{sys, CudaFunction, DevicePtr};
@@ -126,6 +126,8 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
     // Where the GPU has it, each g4 kernel may start while the one before it finishes: every
     // kernel waits for its inputs itself (G4_KERNEL_START in g4_compat.cuh), and the decode
     // GEMVs load their first weights before they wait.
+    // SAFETY: a C struct of an enum, padding and a union of plain integers: all zeros is the
+    // value the driver API documents as "no attribute", which the next two lines fill in.
     let mut overlap: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     overlap.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     overlap.value.programmaticStreamSerializationAllowed = 1;
