@@ -4,8 +4,8 @@
 //   gate_up: h[r, j] = gelu(x[t]·Wgu[e, j]) · (x[t]·Wgu[e, W + j])   r = t·K + slot, e = ids[r]
 //   down:    out[t, c] = Σ_slot w[r] · (h[r]·Wd[e, c])                (f32)
 // Each output is reduced with batches of independent 16-byte loads (a decode GEMV is bound by
-// memory latency unless many loads are in flight); rounding to T
-// happens where the composed arm stores an intermediate in T. The weights are T (moe_experts)
+// memory latency unless many loads are in flight); rounding to T happens where the composed arm
+// stores an intermediate in T. The weights are T (moe_experts)
 // or e4m3 with one f32 scale per row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in
 // registers, the scale applied to each row's sum), through gemv.cuh's weight decoders.
 #include "gemv.cuh"
