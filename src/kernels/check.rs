@@ -348,6 +348,11 @@ impl<'a> Builder<'a> {
         self.raw.push(tensor);
     }
 
+    /// The dtype float inputs take.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     /// The device inputs live on.
     pub fn device(&self) -> &Device {
         self.device

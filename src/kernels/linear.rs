@@ -47,7 +47,7 @@ const CUDA_GEMV_MAX_ROWS: usize = 8;
 /// Warps per block of the GEMV kernel (a power of two), and the warps a launch aims to keep
 /// streaming W: about 16 per SM of an H100/H200. (Measured on E4B, H200, graph decode: 4 and
 /// 2,048 decode 2-3 % faster than 8 and 4,096, bf16 and FP8 alike; 8,192 is slower.)
-const WARPS_PER_BLOCK: usize = 4;
+pub(super) const WARPS_PER_BLOCK: usize = 4;
 const MIN_WARPS: usize = 2048;
 /// W loads each lane issues before using them (`G4_GEMV_BATCH`).
 pub(super) const LOADS_PER_LANE: usize = 8;
@@ -77,12 +77,7 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !vector_aligned(&rows) || !vector_aligned(&w_rows) {
         return composed(x, w);
     }
-    // One row (every decode step) has its own entry points: fewer registers, more warps in flight.
-    let (kernel, loads_per_lane) = match m {
-        1 if n <= NARROW_MAX_COLUMNS => ("linear_one_row_narrow", NARROW_LOADS_PER_LANE),
-        1 => ("linear_one_row", LOADS_PER_LANE),
-        _ => ("linear", LOADS_PER_LANE),
-    };
+    let (entry, loads_per_lane) = dense_gemv_entry(m, n);
     let (grid, warps_per_col) =
         gemv_geometry(n, k / per_vector, warp_lanes(x.device()), loads_per_lane);
     let out = empty((m, n), x.dtype(), x.device())?;
@@ -95,8 +90,24 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
     ];
-    launch(&kernel_name(kernel, x.dtype())?, x.device(), grid, &args)?;
+    launch(
+        &kernel_name(&format!("linear{entry}"), x.dtype())?,
+        x.device(),
+        grid,
+        &args,
+    )?;
     out.reshape(out_shape)
+}
+
+/// The dense GEMV entry point for `m` rows of a weight with `n` rows (a suffix of the kernel's
+/// name), and its loads per lane. One row (every decode step) has its own entry points: fewer
+/// registers, more warps in flight.
+pub(super) fn dense_gemv_entry(m: usize, n: usize) -> (&'static str, usize) {
+    match m {
+        1 if n <= NARROW_MAX_COLUMNS => ("_one_row_narrow", NARROW_LOADS_PER_LANE),
+        1 => ("_one_row", LOADS_PER_LANE),
+        _ => ("", LOADS_PER_LANE),
+    }
 }
 
 /// The GEMV's launch for `n` columns of `vectors` 16-byte vectors on `lanes`-wide warps whose
@@ -111,16 +122,27 @@ pub(super) fn gemv_geometry(
     lanes: usize,
     loads_per_lane: usize,
 ) -> (Grid, usize) {
-    let one_batch = vectors.div_ceil(lanes * loads_per_lane);
-    let warps_per_col = one_batch
-        .max(MIN_WARPS.div_ceil(n))
-        .next_power_of_two()
-        .clamp(1, WARPS_PER_BLOCK);
+    let warps_per_col = gemv_warps_per_col(n, vectors, lanes, loads_per_lane);
     let blocks = n.div_ceil(WARPS_PER_BLOCK / warps_per_col);
     (
         Grid::of_warps(blocks, WARPS_PER_BLOCK, lanes),
         warps_per_col,
     )
+}
+
+/// The warps that share each of `n` columns in `gemv_geometry`'s launch (a power of two, at most
+/// `WARPS_PER_BLOCK`); the order of a column's sums depends on it alone.
+pub(super) fn gemv_warps_per_col(
+    n: usize,
+    vectors: usize,
+    lanes: usize,
+    loads_per_lane: usize,
+) -> usize {
+    let one_batch = vectors.div_ceil(lanes * loads_per_lane);
+    one_batch
+        .max(MIN_WARPS.div_ceil(n))
+        .next_power_of_two()
+        .clamp(1, WARPS_PER_BLOCK)
 }
 
 /// CPU arm: for up to 8 f32 rows, a SIMD GEMV over threads (`native/cpu.rs`); otherwise

@@ -26,6 +26,7 @@ pub mod dual_rms_norm_plus_res;
 pub mod gelu_and_mul;
 pub mod gelu_mul;
 pub mod linear;
+pub mod linear_gelu_mul;
 pub mod linear_panels;
 pub mod linear_panels_fp8;
 pub mod matmul_bt_alpha_beta;
@@ -100,6 +101,7 @@ fused_ops! {
     Softcap => softcap,
     Attention => attention,
     Linear => linear,
+    LinearGeluMul => linear_gelu_mul,
     LinearPanels => linear_panels,
     LinearPanelsFp8 => linear_panels_fp8,
     Argmax => argmax,

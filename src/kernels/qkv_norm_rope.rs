@@ -9,7 +9,7 @@ use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::native::{self, cpu};
 use super::{arm_for, reference, rms_norm, rope, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
-use rand::rngs::StdRng;
+use rand::{rngs::StdRng, Rng};
 
 const OP: Op = Op::QkvNormRope;
 
@@ -75,10 +75,66 @@ impl QkvLayout {
     }
 }
 
-/// q `[1, q_heads, S, D]`, and k, v `[1, kv_heads, S, D]` when the layer has its own.
+/// q `[1, q_heads, S, D]`, and k, v `[1, kv_heads, S, D]` when the layer has its own (with a
+/// [`KvSlot`], the whole cache buffers they were written into).
 pub type AttentionInputs = (Tensor, Option<(Tensor, Tensor)>);
 
+/// Where one decode token's k and v go instead of new tensors: the layer's cache buffers
+/// `[1, kv_heads, rows, D]` and the row, held on the device (u32 `[1]`), so that a captured step
+/// writes wherever the replayed position says.
+#[derive(Clone, Copy)]
+pub struct KvSlot<'a> {
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub slot: &'a Tensor,
+}
+
+impl KvSlot<'_> {
+    fn validate(&self, layout: QkvLayout, seq: usize, dtype: DType) -> Result<()> {
+        let (hkv, d) = (layout.kv_heads, layout.head_dim);
+        let fits = |t: &Tensor| {
+            t.dtype() == dtype
+                && t.is_contiguous()
+                && matches!(t.dims(), &[1, h, _, dd] if h == hkv && dd == d)
+        };
+        if seq != 1
+            || layout.kv == KvPart::None
+            || !fits(self.k)
+            || !fits(self.v)
+            || self.k.dims() != self.v.dims()
+            || self.slot.dtype() != DType::U32
+            || self.slot.elem_count() != 1
+        {
+            candle_core::bail!(
+                "qkv_norm_rope: a cache slot takes one token's own k and v (got {seq} tokens, \
+                 {layout:?}, caches {:?} / {:?} {:?}, slot {:?} {:?})",
+                self.k.shape(),
+                self.v.shape(),
+                self.k.dtype(),
+                self.slot.shape(),
+                self.slot.dtype()
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes one token's k and v `[1, kv_heads, 1, D]` at the slot (the arms without a
+    /// kernel of their own): one scatter per tensor.
+    fn store(&self, (q, kv): AttentionInputs) -> Result<AttentionInputs> {
+        let (k, v) = kv.expect("validate: the layout has k and v");
+        let index = self
+            .slot
+            .reshape((1, 1, 1, 1))?
+            .broadcast_as(k.shape())?
+            .contiguous()?;
+        self.k.scatter_set(&index, &k.contiguous()?, 2)?;
+        self.v.scatter_set(&index, &v.contiguous()?, 2)?;
+        Ok((q, Some((self.k.clone(), self.v.clone()))))
+    }
+}
+
 /// `qkv [1, S, width]`, `cos, sin [S, D/2]` (f32); `k_norm` is required when the layout has k.
+#[allow(clippy::too_many_arguments)]
 pub fn qkv_norm_rope(
     qkv: &Tensor,
     layout: QkvLayout,
@@ -87,9 +143,10 @@ pub fn qkv_norm_rope(
     cos: &Tensor,
     sin: &Tensor,
     eps: f64,
+    kv_slot: Option<KvSlot>,
 ) -> Result<AttentionInputs> {
     let arm = arm_for(OP, qkv.device(), qkv.dtype());
-    qkv_norm_rope_on(arm, qkv, layout, q_norm, k_norm, cos, sin, eps)
+    qkv_norm_rope_on(arm, qkv, layout, q_norm, k_norm, cos, sin, eps, kv_slot)
 }
 
 /// Runs one given arm; `probe-ops` checks every available arm through this.
@@ -103,8 +160,9 @@ pub fn qkv_norm_rope_on(
     cos: &Tensor,
     sin: &Tensor,
     eps: f64,
+    kv_slot: Option<KvSlot>,
 ) -> Result<AttentionInputs> {
-    let (_, _, width) = qkv.dims3()?;
+    let (_, seq, width) = qkv.dims3()?;
     if width != layout.width() {
         candle_core::bail!(
             "qkv_norm_rope: projection width {width} does not hold {layout:?} ({} wide)",
@@ -116,10 +174,17 @@ pub fn qkv_norm_rope_on(
         (_, Some(w)) => Some(w),
         (_, None) => candle_core::bail!("qkv_norm_rope: a layout with k needs k_norm"),
     };
-    match arm {
-        Arm::Composed => composed(qkv, layout, q_norm, k_norm, cos, sin, eps),
-        Arm::Native(Backend::Cpu) => cpu_fwd(qkv, layout, q_norm, k_norm, cos, sin, eps),
-        Arm::Native(_) => native_fwd(qkv, layout, q_norm, k_norm, cos, sin, eps),
+    if let Some(kv_slot) = &kv_slot {
+        kv_slot.validate(layout, seq, qkv.dtype())?;
+    }
+    let inputs = match arm {
+        Arm::Composed => composed(qkv, layout, q_norm, k_norm, cos, sin, eps)?,
+        Arm::Native(Backend::Cpu) => cpu_fwd(qkv, layout, q_norm, k_norm, cos, sin, eps)?,
+        Arm::Native(_) => return native_fwd(qkv, layout, q_norm, k_norm, cos, sin, eps, kv_slot),
+    };
+    match kv_slot {
+        Some(kv_slot) => kv_slot.store(inputs),
+        None => Ok(inputs),
     }
 }
 
@@ -292,7 +357,9 @@ const NATIVE_MAX_HEAD_DIM: usize = 512;
 
 /// CUDA arm: one block per (token, head), the row normed in registers, rounded to T as the
 /// separate norm stores it, rotated through shared memory and written heads first
-/// (src/kernels/cuda/norms.cu). Wider heads take the composed arm.
+/// (src/kernels/cuda/norms.cu), k and v into the cache at the slot when given. Wider heads take
+/// the composed arm.
+#[allow(clippy::too_many_arguments)]
 fn native_fwd(
     qkv: &Tensor,
     layout: QkvLayout,
@@ -301,6 +368,7 @@ fn native_fwd(
     cos: &Tensor,
     sin: &Tensor,
     eps: f64,
+    kv_slot: Option<KvSlot>,
 ) -> Result<AttentionInputs> {
     use super::native::{empty, launch, per_row, warp_lanes, Arg};
     let (_, seq, _) = qkv.dims3()?;
@@ -309,7 +377,11 @@ fn native_fwd(
     let rows = per_row(seq * heads, d, warp_lanes(qkv.device()))
         .filter(|_| d <= NATIVE_MAX_HEAD_DIM && d % 2 == 0);
     let Some(rows) = rows else {
-        return composed(qkv, layout, q_norm, k_norm, cos, sin, eps);
+        let inputs = composed(qkv, layout, q_norm, k_norm, cos, sin, eps)?;
+        return match kv_slot {
+            Some(kv_slot) => kv_slot.store(inputs),
+            None => Ok(inputs),
+        };
     };
     let qkv = qkv.contiguous()?;
     let dtype = qkv.dtype();
@@ -326,13 +398,15 @@ fn native_fwd(
         );
     }
     let q = empty((1, hq, seq, d), dtype, qkv.device())?;
-    let kv = match layout.kv {
-        KvPart::None => None,
+    let kv = match (layout.kv, kv_slot) {
+        (KvPart::None, _) => None,
+        (_, Some(kv_slot)) => Some((kv_slot.k.clone(), kv_slot.v.clone())),
         _ => Some((
             empty((1, hkv, seq, d), dtype, qkv.device())?,
             empty((1, hkv, seq, d), dtype, qkv.device())?,
         )),
     };
+    let cache_rows = kv_slot.map_or(0, |kv_slot| kv_slot.k.dim(2).unwrap_or(0));
     let args = [
         Arg::Tensor(&qkv),
         Arg::Tensor(&q_norm),
@@ -342,6 +416,8 @@ fn native_fwd(
         Arg::Tensor(&q),
         Arg::OptionalTensor(kv.as_ref().map(|(k, _)| k)),
         Arg::OptionalTensor(kv.as_ref().map(|(_, v)| v)),
+        Arg::OptionalTensor(kv_slot.map(|kv_slot| kv_slot.slot)),
+        Arg::I32(cache_rows as i32),
         Arg::I32(seq as i32),
         Arg::I32(hq as i32),
         Arg::I32(hkv as i32),
@@ -410,29 +486,26 @@ pub const CONTRACT: OpContract = OpContract {
         Mutant {
             what: "q's and k's norm weights swapped",
             run: |c| {
-                outputs(composed(
-                    c.float(0),
-                    layout_of(c)?,
-                    c.float(2),
-                    Some(c.float(1)),
-                    c.float(3),
-                    c.float(4),
-                    c.eps,
-                )?)
+                let f = |i| c.float(i);
+                let inputs = composed(f(0), layout_of(c)?, f(2), Some(f(1)), f(3), f(4), c.eps)?;
+                stored(c, inputs, 0)
             },
         },
         Mutant {
             what: "the rotation reversed (sin negated)",
             run: |c| {
-                outputs(composed(
-                    c.float(0),
-                    layout_of(c)?,
-                    c.float(1),
-                    Some(c.float(2)),
-                    c.float(3),
-                    &c.float(4).neg()?,
-                    c.eps,
-                )?)
+                let f = |i| c.float(i);
+                let sin = f(4).neg()?;
+                let inputs = composed(f(0), layout_of(c)?, f(1), Some(f(2)), f(3), &sin, c.eps)?;
+                stored(c, inputs, 0)
+            },
+        },
+        Mutant {
+            what: "k and v written one cache row past the slot",
+            run: |c| {
+                let f = |i| c.float(i);
+                let inputs = composed(f(0), layout_of(c)?, f(1), Some(f(2)), f(3), f(4), c.eps)?;
+                stored(c, inputs, 1)
             },
         },
     ],
@@ -463,6 +536,14 @@ fn layout_of(c: &Case) -> Result<QkvLayout> {
     })
 }
 
+/// A cache case's destination (raw inputs: k's and v's cache as they were before the call, and
+/// the slot), on fresh copies of the caches so that no arm sees another's writes.
+fn fresh_caches(c: &Case) -> Result<Option<(Tensor, Tensor)>> {
+    c.optional_raw(0)
+        .map(|k| Ok((k.copy()?, c.raw(1).copy()?)))
+        .transpose()
+}
+
 fn outputs((q, kv): AttentionInputs) -> Result<Vec<Tensor>> {
     Ok(match kv {
         Some((k, v)) => vec![q, k, v],
@@ -470,18 +551,39 @@ fn outputs((q, kv): AttentionInputs) -> Result<Vec<Tensor>> {
     })
 }
 
+/// What a composed stand-in returns: on a cache case, k and v stored `offset` rows past the slot.
+fn stored(c: &Case, inputs: AttentionInputs, offset: u32) -> Result<Vec<Tensor>> {
+    let Some((k, v)) = fresh_caches(c)? else {
+        return outputs(inputs);
+    };
+    let slot = (c.raw(2) + offset as f64)?;
+    outputs(
+        KvSlot {
+            k: &k,
+            v: &v,
+            slot: &slot,
+        }
+        .store(inputs)?,
+    )
+}
+
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
     // Every kv part, head dims 16 to 512 (proportional RoPE on the 512-wide full layers, as
-    // 26B-A4B's) and one wider, prefill and decode; last (the one `--perf` times) an E4B sliding layer's decode.
-    for (seq, q_heads, kv_heads, head_dim, kv, proportional) in [
-        (3, 4, 2, 16, KvPart::KAndV, false),
-        (2, 4, 1, 64, KvPart::KAsV, false),
-        (5, 2, 1, 32, KvPart::None, false),
-        (7, 3, 1, 256, KvPart::KAndV, false),
-        (1, 16, 2, 512, KvPart::KAsV, true),
-        (2, 2, 1, 640, KvPart::KAndV, false),
-        (1, 8, 2, 256, KvPart::KAndV, false),
+    // 26B-A4B's) and one wider, prefill and decode, and decode into a cache row (the kv part
+    // with its own v, k_eq_v on the wide head, and the composed fallback); last (the one
+    // `--perf` times) an E4B sliding layer's decode.
+    for (seq, q_heads, kv_heads, head_dim, kv, proportional, cache) in [
+        (3, 4, 2, 16, KvPart::KAndV, false, None),
+        (2, 4, 1, 64, KvPart::KAsV, false, None),
+        (5, 2, 1, 32, KvPart::None, false, None),
+        (7, 3, 1, 256, KvPart::KAndV, false, None),
+        (1, 16, 2, 512, KvPart::KAsV, true, None),
+        (2, 2, 1, 640, KvPart::KAndV, false, None),
+        (1, 4, 2, 256, KvPart::KAndV, false, Some((5, 9))),
+        (1, 8, 1, 512, KvPart::KAsV, true, Some((0, 3))),
+        (1, 2, 1, 640, KvPart::KAndV, false, Some((2, 4))),
+        (1, 8, 2, 256, KvPart::KAndV, false, None),
     ] {
         let layout = QkvLayout {
             q_heads,
@@ -494,11 +596,15 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let q_norm = c.float(&[head_dim], norm_weight)?;
         let k_norm = c.float(&[head_dim], norm_weight)?;
         let (cos, sin) = rope::case_tables(&mut c, seq, head_dim, proportional)?;
-        let expected = reference(&qkv, seq, layout, &q_norm, &k_norm, &cos, &sin, 1e-6);
-        let label = format!(
+        let mut expected = reference(&qkv, seq, layout, &q_norm, &k_norm, &cos, &sin, 1e-6);
+        let mut label = format!(
             "S{seq} q{q_heads} kv{kv_heads}·{kv:?} D{head_dim}{}",
             if proportional { " proportional" } else { "" }
         );
+        if let Some((slot, rows)) = cache {
+            expected = into_cache(&mut c, expected, layout, slot, rows)?;
+            label += &format!(" into cache row {slot} of {rows}");
+        }
         let mut case = c.finish(label, expected);
         (case.rows, case.cols, case.k) = (q_heads, kv_heads, kv.code());
         cases.push(case);
@@ -506,8 +612,46 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     Ok(cases)
 }
 
+/// Adds a decode case's caches `[1, kv_heads, rows, D]` (random, as earlier tokens left them)
+/// and its slot as raw inputs; returns the expected outputs with k and v replaced by the caches
+/// after the write.
+fn into_cache(
+    c: &mut Builder,
+    expected: Vec<f64>,
+    layout: QkvLayout,
+    slot: usize,
+    rows: usize,
+) -> Result<Vec<f64>> {
+    let (hkv, d) = (layout.kv_heads, layout.head_dim);
+    let q_len = layout.q_heads * d;
+    let mut outputs = expected[..q_len].to_vec();
+    for new in expected[q_len..].chunks(hkv * d) {
+        let draw: Vec<f64> = (0..hkv * rows * d)
+            .map(|_| c.rng.random_range(-2.0..2.0))
+            .collect();
+        let mut cache = c.round(draw, c.dtype())?;
+        c.raw(
+            Tensor::from_vec(cache.clone(), (1, hkv, rows, d), &Device::Cpu)?
+                .to_dtype(c.dtype())?
+                .to_device(c.device())?,
+        );
+        for (h, head) in new.chunks(d).enumerate() {
+            cache[(h * rows + slot) * d..(h * rows + slot + 1) * d].copy_from_slice(head);
+        }
+        outputs.extend(cache);
+    }
+    c.indices(&[slot as u32])?;
+    Ok(outputs)
+}
+
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
+    let caches = fresh_caches(c)?;
+    let kv_slot = caches.as_ref().map(|(k, v)| KvSlot {
+        k,
+        v,
+        slot: c.raw(2),
+    });
     outputs(qkv_norm_rope_on(
         arm,
         f(0),
@@ -517,5 +661,6 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
         f(3),
         f(4),
         c.eps,
+        kv_slot,
     )?)
 }

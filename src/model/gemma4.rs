@@ -12,15 +12,14 @@ use super::weights::{Checkpoint, Part, Take};
 use crate::kernels::{
     attention::attention,
     dual_rms_norm_plus_res::{dual_rms_norm_plus_res, DualNorms},
-    gelu_and_mul::gelu_and_mul,
-    gelu_mul::gelu_mul,
     linear::linear,
+    linear_gelu_mul::Up,
     moe_experts::moe_experts,
     moe_experts_fp8::{moe_experts_fp8, Fp8Experts},
     moe_inputs::moe_inputs,
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
-    qkv_norm_rope::{qkv_norm_rope, AttentionInputs, KvPart, QkvLayout},
+    qkv_norm_rope::{qkv_norm_rope, AttentionInputs, KvPart, KvSlot, QkvLayout},
     rms_norm::rms_norm,
     rms_norm_plus_add::rms_norm_plus_add,
     softcap::softcap,
@@ -126,8 +125,8 @@ struct DecoderLayer {
 }
 
 struct Mlp {
-    /// `[gate ‖ up]` stacked at load, `[2·width, H]`: one projection instead of two, whose
-    /// output is exactly what `gelu_and_mul` takes.
+    /// `[gate ‖ up]` stacked at load, `[2·width, H]`: one projection instead of two, which
+    /// `linear_gelu_mul` takes packed.
     gate_up: Projection,
     down: Projection,
 }
@@ -511,15 +510,7 @@ impl Gemma4 {
             Some(row) => TokenRows::Gathered(row),
             None => TokenRows::Ids(&ple_token),
         };
-        self.decoder_stack(
-            &step.token()?,
-            ple_rows,
-            Positions::Device {
-                kinds,
-                cache,
-                slot_indices: Vec::new(),
-            },
-        )
+        self.decoder_stack(&step.token()?, ple_rows, Positions::Device { kinds, cache })
     }
 
     pub fn in_vocab(&self, id: u32) -> bool {
@@ -593,7 +584,8 @@ impl Gemma4 {
         for (i, layer) in self.layers.iter().enumerate() {
             let kind = layer.spec.kind;
             let (cos, sin) = positions.rope(kind);
-            let (q, own_kv) = layer.attention_inputs(&h, cos, sin, eps)?;
+            let (q, own_kv) =
+                layer.attention_inputs(&h, cos, sin, eps, positions.kv_slot(i, &layer.spec)?)?;
             let (k, v) = match (own_kv, layer.spec.kv_source) {
                 (Some((k, v)), _) => {
                     let attend = positions.store(i, &layer.spec, &k, &v, seq, &self.config)?;
@@ -653,12 +645,11 @@ enum Positions<'c> {
         masks: [Option<Option<Tensor>>; 2],
     },
     /// One token whose position is on the device; what each layer kind derives from it. K/V
-    /// are written at the device-held slot; the bookkeeping is the caller's.
+    /// are written at the device-held slot as they are made (`qkv_norm_rope`); the bookkeeping
+    /// is the caller's.
     Device {
         kinds: [KindInputs; 2],
         cache: &'c KvCache,
-        /// The write slot broadcast to one token's K shape, per (kind, kv heads, head dim).
-        slot_indices: Vec<((LayerKind, usize, usize), Tensor)>,
     },
 }
 
@@ -672,7 +663,24 @@ impl Positions<'_> {
         }
     }
 
-    /// Stores layer `i`'s new K/V `[1, kv_heads, S, D]` and returns what the layer attends with.
+    /// Where layer `i`'s own K/V go as `qkv_norm_rope` makes them: the cache row of a
+    /// device-held position (none for host positions, which append after).
+    fn kv_slot(&self, i: usize, spec: &LayerSpec) -> Result<Option<KvSlot<'_>>> {
+        match self {
+            Positions::Device { kinds, cache } if spec.kv_source == KvSource::Own => {
+                let (k, v) = cache.reserved_buffers(i)?;
+                Ok(Some(KvSlot {
+                    k,
+                    v,
+                    slot: &kinds[spec.kind as usize].slot,
+                }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Stores layer `i`'s new K/V `[1, kv_heads, S, D]` and returns what the layer attends with
+    /// (device positions: already in the cache, `k` and `v` are its buffers).
     fn store(
         &mut self,
         i: usize,
@@ -700,26 +708,11 @@ impl Positions<'_> {
                 }
                 Ok(attend)
             }
-            Positions::Device {
-                kinds,
-                cache,
-                slot_indices,
-            } => {
-                let key = (kind, spec.kv_heads, spec.head_dim);
-                let index = match slot_indices.iter().find(|(k, _)| *k == key) {
-                    Some((_, index)) => index.clone(),
-                    None => {
-                        let index = kinds[kind as usize]
-                            .slot
-                            .reshape((1, 1, 1, 1))?
-                            .broadcast_as(k.shape())?
-                            .contiguous()?;
-                        slot_indices.push((key, index.clone()));
-                        index
-                    }
-                };
-                Ok(cache.write_slot(i, k, v, &index)?)
-            }
+            Positions::Device { .. } => Ok(AttendKv {
+                k: k.clone(),
+                v: v.clone(),
+                key_positions: None,
+            }),
         }
     }
 
@@ -910,6 +903,7 @@ impl DecoderLayer {
         cos: &Tensor,
         sin: &Tensor,
         eps: f64,
+        kv_slot: Option<KvSlot>,
     ) -> Result<AttentionInputs> {
         let qkv = self.qkv_proj.forward(h)?;
         Ok(qkv_norm_rope(
@@ -920,6 +914,7 @@ impl DecoderLayer {
             cos,
             sin,
             eps,
+            kv_slot,
         )?)
     }
 
@@ -943,8 +938,8 @@ impl DecoderLayer {
             DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm),
             eps,
         )?;
-        let gate_up = self.mlp.gate_up.forward(&normed)?;
-        let mlp_out = summed(all_reduce, self.mlp.down.forward(&gelu_and_mul(&gate_up)?)?)?;
+        let activated = self.mlp.gate_up.forward_gelu_mul(&normed, Up::Packed)?;
+        let mlp_out = summed(all_reduce, self.mlp.down.forward(&activated)?)?;
         // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
         // can fuse with the scalar and the next layer's input norm.
         let (mut x, mut last_add) = match &self.moe {
@@ -972,7 +967,7 @@ impl DecoderLayer {
                 x = rms_norm_plus_add(&x, &branch, norm, eps)?;
             }
             let ple = ple.squeeze(2)?;
-            let gated = gelu_mul(&layer_ple.gate.forward(&x)?, &ple)?;
+            let gated = layer_ple.gate.forward_gelu_mul(&x, Up::Given(&ple))?;
             let projected = layer_ple.projection.forward(&gated)?;
             last_add = Some((projected, &layer_ple.post_norm));
         }

@@ -4,8 +4,9 @@
 //! producer attended with in the same forward call.
 //!
 //! A device-resident decode step (one token whose position lives in device memory, so that the
-//! step can be captured once and replayed) writes through [`KvCache::write_slot`] into buffers
-//! reserved up front with [`KvCache::reserve`], and attends over whole buffers under a mask.
+//! step can be captured once and replayed) writes into the buffers reserved up front with
+//! [`KvCache::reserve`] ([`KvCache::reserved_buffers`]), and attends over whole buffers under a
+//! mask.
 
 use super::config::{Config, KvSource, LayerKind};
 use candle_core::{DType, Device, Result, Tensor};
@@ -129,32 +130,20 @@ impl KvCache {
         Ok(())
     }
 
-    /// Writes one token's `k, v [1, kv_heads, 1, D]` of layer `layer` at the slot held by
-    /// `slot_index` (a device tensor of k's shape, every element the slot: the position in full
-    /// layers, position mod W in rings) and returns the layer's whole reserved buffers. Host
-    /// bookkeeping waits for [`KvCache::record_device_token`], because a captured step runs later.
-    pub fn write_slot(
-        &self,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-        slot_index: &Tensor,
-    ) -> Result<AttendKv> {
+    /// Layer `layer`'s whole reserved buffers `[1, kv_heads, rows, D]`, for a device-resident
+    /// step to write one token's k and v into at its slot (the position in full layers, position
+    /// mod W in rings; `qkv_norm_rope` writes them) and attend over. Host bookkeeping waits for
+    /// [`KvCache::record_device_token`], because a captured step runs later.
+    pub fn reserved_buffers(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
         let (kb, vb) = match self.layers[layer].as_ref() {
             Some(LayerCache::Full(FullCache { k, v, .. }))
             | Some(LayerCache::Sliding(RingCache { k, v, .. })) => (k, v),
             None => candle_core::bail!("internal: layer {layer} owns no KV cache"),
         };
-        let (Some(kb), Some(vb)) = (kb, vb) else {
-            candle_core::bail!("internal: layer {layer}'s KV cache was not reserved")
-        };
-        kb.scatter_set(slot_index, &k.contiguous()?, 2)?;
-        vb.scatter_set(slot_index, &v.contiguous()?, 2)?;
-        Ok(AttendKv {
-            k: kb.clone(),
-            v: vb.clone(),
-            key_positions: None,
-        })
+        match (kb, vb) {
+            (Some(kb), Some(vb)) => Ok((kb, vb)),
+            _ => candle_core::bail!("internal: layer {layer}'s KV cache was not reserved"),
+        }
     }
 
     /// Records that a device-resident step wrote the token at position `len()` in every layer.

@@ -4,7 +4,10 @@
 //! weights take half of bf16's memory and decode reads half the bytes.
 
 use crate::kernels::{
-    linear::linear, linear_panels::linear_panels, linear_panels_fp8::linear_panels_fp8,
+    linear::linear,
+    linear_gelu_mul::{gelu_mul_after, linear_gelu_mul, Up, Weights},
+    linear_panels::linear_panels,
+    linear_panels_fp8::linear_panels_fp8,
     matmul_bt_fp8_channel::matmul_bt_fp8_channel,
 };
 use candle_core::{Result, Tensor};
@@ -37,6 +40,20 @@ impl Projection {
             Projection::Panels { panels, n } => linear_panels(x, panels, *n),
             Projection::Fp8 { weight, scale } => matmul_bt_fp8_channel(x, weight, scale),
             Projection::Fp8Panels { panels, scale, n } => linear_panels_fp8(x, panels, scale, *n),
+        }
+    }
+
+    /// `gelu_tanh(x·W_gateᵀ) ⊙ up` (`linear_gelu_mul`): one launch in decode on a GPU. The CPU's
+    /// panel GEMMs have no epilogue, so there the product follows them.
+    pub fn forward_gelu_mul(&self, x: &Tensor, up: Up) -> Result<Tensor> {
+        match self {
+            Projection::Dense(w) => linear_gelu_mul(x, Weights::Dense(w), up),
+            Projection::Fp8 { weight, scale } => {
+                linear_gelu_mul(x, Weights::Fp8 { weight, scale }, up)
+            }
+            Projection::Panels { .. } | Projection::Fp8Panels { .. } => {
+                gelu_mul_after(&self.forward(x)?, up)
+            }
         }
     }
 

@@ -57,14 +57,15 @@ __device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
 // stays in L1/L2; sums are f32, one per row of X (MAX_ROWS of them in registers: decode's single
 // row gets its own instantiation, with fewer registers and so more warps in flight). The entry
 // point lets dependents launch (G4_LET_DEPENDENTS_LAUNCH); the wait for X is here.
-template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH>
-__device__ void gemv(const T* x, const typename W::Stored* w, const float* scale, T* y, int m, int n, int k,
-                     int warps_per_col) {
+//
+// gemv_partials is that reduction up to one partial sum per (warp, row of X) in shared memory;
+// gemv and gemv_gelu_mul (below) differ only in which weight row each warp reads and in how the
+// partials become outputs.
+template <typename T, typename W, int MAX_ROWS, int BATCH>
+__device__ void gemv_partials(const T* x, const typename W::Stored* w, int row, bool has_row, int part,
+                              int warps_per_col, int m, int k, float (*partial)[MAX_ROWS]) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const int cols_per_block = blockDim.x / warp_size / warps_per_col;
-    const int col = blockIdx.x * cols_per_block + warp / warps_per_col;
-    const int part = warp % warps_per_col;
     const int vectors = k / W::per_vector;
     const int step = warp_size * warps_per_col;
     // Fixed bounds (unrolled, guarded) keep the sums and the batch in registers.
@@ -73,14 +74,14 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
     for (int r = 0; r < MAX_ROWS; ++r) sum[r] = 0.0f;
     // W is no kernel's output: the first batch is in flight before X is waited for.
     bool waited = false;
-    if (col < n) {
-        const uint4* w_col = reinterpret_cast<const uint4*>(w + (size_t)col * k);
+    if (has_row) {
+        const uint4* w_row = reinterpret_cast<const uint4*>(w + (size_t)row * k);
         for (int base = part * warp_size + lane; base < vectors; base += step * BATCH) {
             uint4 batch[BATCH];
 #pragma unroll
             for (int u = 0; u < BATCH; ++u) {
                 const int i = base + u * step;
-                batch[u] = i < vectors ? w_col[i] : make_uint4(0, 0, 0, 0);
+                batch[u] = i < vectors ? w_row[i] : make_uint4(0, 0, 0, 0);
             }
             if (!waited) {
                 G4_WAIT_FOR_INPUTS();
@@ -104,7 +105,6 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
         }
     }
     if (!waited) G4_WAIT_FOR_INPUTS();
-    __shared__ float partial[G4_GEMV_MAX_WARPS][MAX_ROWS];
 #pragma unroll
     for (int r = 0; r < MAX_ROWS; ++r) {
         if (r >= m) break;
@@ -113,9 +113,56 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
         if (lane == 0) partial[warp][r] = s;
     }
     __syncthreads();
+}
+
+// Column `row`'s sum for X row `r`: its warps' partials, which start at warp `first`, in order.
+template <int MAX_ROWS>
+__device__ __forceinline__ float gemv_total(const float (*partial)[MAX_ROWS], int first, int warps_per_col, int r) {
+    float total = 0.0f;
+    for (int p = 0; p < warps_per_col; ++p) total += partial[first + p][r];
+    return total;
+}
+
+template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH>
+__device__ void gemv(const T* x, const typename W::Stored* w, const float* scale, T* y, int m, int n, int k,
+                     int warps_per_col) {
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int cols_per_block = blockDim.x / warp_size / warps_per_col;
+    const int col = blockIdx.x * cols_per_block + warp / warps_per_col;
+    const int part = warp % warps_per_col;
+    __shared__ float partial[G4_GEMV_MAX_WARPS][MAX_ROWS];
+    gemv_partials<T, W, MAX_ROWS, BATCH>(x, w, col, col < n, part, warps_per_col, m, k, partial);
     if (part == 0 && lane < m && col < n) {
-        float total = 0.0f;
-        for (int p = 0; p < warps_per_col; ++p) total += partial[warp + p][lane];
+        const float total = gemv_total<MAX_ROWS>(partial, warp, warps_per_col, lane);
         y[(size_t)lane * n + col] = g4_from_f32<T>(total * W::row_scale(scale, col));
+    }
+}
+
+// Y[m, d] = gelu_tanh(G) ⊙ U with G = X·W[:d]ᵀ, and U either X·W[d:2d]ᵀ (W packed [gate ‖ up],
+// `up` null) or the given `up [m, d]`: the GEMV above with the GeGLU product as its epilogue.
+// With W packed, each output's block holds the warps of its gate row and then those of its up
+// row. Each projection is rounded to T before the product, and the GeLU too, exactly as a GEMV
+// followed by gelu_and_mul / gelu_mul rounds (the sums are the same sums in the same order).
+template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH>
+__device__ void gemv_gelu_mul(const T* x, const typename W::Stored* w, const float* scale, const T* up, T* y,
+                              int m, int d, int k, int warps_per_col) {
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int halves = up ? 1 : 2;
+    const int warps_per_out = warps_per_col * halves;
+    const int outs_per_block = blockDim.x / warp_size / warps_per_out;
+    const int out = blockIdx.x * outs_per_block + warp / warps_per_out;
+    const int half = (warp / warps_per_col) % halves;
+    const int part = warp % warps_per_col;
+    __shared__ float partial[G4_GEMV_MAX_WARPS][MAX_ROWS];
+    gemv_partials<T, W, MAX_ROWS, BATCH>(x, w, out + half * d, out < d, part, warps_per_col, m, k, partial);
+    if (half == 0 && part == 0 && lane < m && out < d) {
+        const float gate = g4_round<T>(gemv_total<MAX_ROWS>(partial, warp, warps_per_col, lane) *
+                                       W::row_scale(scale, out));
+        const float u = up ? g4_to_f32(up[(size_t)lane * d + out])
+                           : g4_round<T>(gemv_total<MAX_ROWS>(partial, warp + warps_per_col, warps_per_col, lane) *
+                                         W::row_scale(scale, out + d));
+        y[(size_t)lane * d + out] = g4_from_f32<T>(g4_round<T>(g4_gelu_tanh(gate)) * u);
     }
 }

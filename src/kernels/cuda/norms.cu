@@ -93,13 +93,15 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
 // projection). Output heads: q heads, then k and v of each kv head in turn. The head is normed
 // like rms_norm, rounded to T as rms_norm stores it, then q and k are rotated like rope through
 // shared memory (a pair's halves sit in different threads) and written heads first
-// [heads, seq, d]. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
+// [heads, seq, d] — or, given a device-held cache `slot` (one decode token), k and v go straight
+// into the layer's cache [kv_heads, cache_rows, d] at that row, where a scatter per tensor wrote
+// them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
 #define G4_QKV_MAX_HEAD_DIM 512
 
 template <typename T, int V>
 __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin,
-                              T* q_out, T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code,
-                              float eps) {
+                              T* q_out, T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq,
+                              int q_heads, int kv_heads, int d, int kv_code, float eps) {
     const int heads = q_heads + (kv_code ? 2 * kv_heads : 0);
     const int parts = kv_code == 1 ? 2 : (kv_code == 2 ? 1 : 0);
     const int width = (q_heads + kv_heads * parts) * d;
@@ -124,7 +126,8 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
     load_row(qkv + (size_t)s * width + offset, d, v);
     load_row(w, d, weight);
     const float inv = inv_rms(v, d, eps);
-    T* dst = out + ((size_t)out_head * seq + s) * d;
+    T* dst = slot && out != q_out ? out + ((size_t)out_head * cache_rows + *slot) * d
+                                  : out + ((size_t)out_head * seq + s) * d;
     if (!rotate) {  // the same for the whole block
 #pragma unroll
         for (int i = 0; i < V; ++i) {
@@ -237,10 +240,11 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
-        T* k_out, T* v_out, int seq, int q_heads, int kv_heads, int d, int kv_code, float eps) {             \
+        T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq, int q_heads, int kv_heads, int d, \
+        int kv_code, float eps) {                                                                            \
         G4_KERNEL_START();                                                                                   \
-        qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, seq, q_heads, kv_heads, d,   \
-                            kv_code, eps);                                                                  \
+        qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, slot, cache_rows, seq, q_heads, \
+                            kv_heads, d, kv_code, eps);                                                     \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs##WIDE##_##NAME(        \
         const T* residual, const T* router_scale, const T* experts_norm, T* router_out, T* experts_out,       \

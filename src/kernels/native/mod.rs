@@ -598,8 +598,9 @@ mod tests {
                     .split(';')
                     .next()
                     .unwrap();
+                let entry = body.split('}').next().unwrap();
                 let streaming = first == "G4_LET_DEPENDENTS_LAUNCH()"
-                    && body.split('}').next().unwrap().contains("gemv<");
+                    && (entry.contains("gemv<") || entry.contains("gemv_gelu_mul<"));
                 assert!(
                     first == "G4_KERNEL_START()" || streaming,
                     "{}: a kernel starts with `{first}`",
