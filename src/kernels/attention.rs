@@ -147,8 +147,8 @@ const TARGET_BLOCKS: usize = 512;
 /// Threads of the softmax kernel's block (one block per score row).
 const SOFTMAX_WARPS: usize = 4;
 
-/// CUDA arm: for decode and short query blocks, split-K over the keys (interleaved chunks) with
-/// an online softmax per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
+/// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
+/// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
 /// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, cuBLAS's batched GEMMs
 /// around one softmax kernel.
 fn native_fwd(
@@ -382,8 +382,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (16, 4, 1, 70, 512, None, None, false),
         // Wider heads than the native kernel holds: the composed path.
         (2, 1, 2, 7, 576, None, None, true),
-        // A graph step's whole cache buffer: only slots up to the position are visible, a
-        // prefix that the CUDA arm's interleaved chunks share.
+        // A graph step's whole cache buffer: only slots up to the position are visible,
+        // so whole chunks are hidden.
         (8, 2, 1, 256, 512, None, Some(69), true),
         // Longer than a decode block: the CUDA arm's GEMM path, with a sliding window over
         // more keys than a softmax block has threads, and with every key visible (no mask).

@@ -1,7 +1,6 @@
 // attention: softmax(q·kᵀ·scale + mask)·v with GQA by contiguous groups. Decode and short query
-// blocks run split-K ("flash decoding"): each query row's keys are dealt into `splits` chunks
-// (chunk c holds keys c, c + splits, …), one block per (row, chunk), so that a decode step with
-// few heads still fills the GPU. Each warp of
+// blocks run split-K ("flash decoding"): each query row's keys are cut into `splits` chunks, one
+// block per (row, chunk), so that a decode step with few heads still fills the GPU. Each warp of
 // a block keeps an online softmax (f32) over its keys; the warps merge in the block, and with
 // several chunks a second kernel merges the chunks' partial results. Longer query blocks run
 // cuBLAS's GEMMs around attention_softmax (below).
@@ -28,10 +27,8 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     const int kvh = h / (heads / kv_heads);
     const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
     const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
-    // This chunk's keys are split, split + splits, split + 2·splits, …: a decode step's visible
-    // keys are a prefix of a reserved buffer, and interleaved chunks share it evenly (contiguous
-    // ones left a few blocks walking many keys each while the rest had none).
-    const int count = split < keys ? (keys - split + splits - 1) / splits : 0;
+    const int chunk = (keys + splits - 1) / splits;
+    const int first = split * chunk, end = min(keys, first + chunk);
 
     __shared__ float q_row[G4_ATTN_MAX_D];
     __shared__ float warp_max[G4_ATTN_WARPS], warp_sum[G4_ATTN_WARPS];
@@ -45,20 +42,19 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
 #pragma unroll
     for (int r = 0; r < slices; ++r) acc[r] = 0.0f;
     float running_max = -INFINITY, running_sum = 0.0f;
-    // Warp w takes the chunk's keys w, w + WARPS, …; it reads the mask of warp_size of them at
-    // once (one per lane) and walks the visible ones, skipping hidden keys without loading K or
-    // V. The next visible key's K/V loads are issued before this key's arithmetic, so that a
+    // Warp w takes keys first + w, first + w + WARPS, …; it reads the mask of warp_size of them
+    // at once (one per lane) and walks the visible ones, skipping hidden keys without loading K
+    // or V. The next visible key's K/V loads are issued before this key's arithmetic, so that a
     // warp keeps two keys' loads in flight (one at a time left long contexts latency-bound).
     const int stride = G4_ATTN_WARPS;
-    auto key_of = [&](int t) { return split + t * splits; };
-    for (int base = warp; base < count; base += stride * warp_size) {
+    for (int base = first + warp; base < end; base += stride * warp_size) {
         const int mine = base + lane * stride;
-        const float my_mask = mine >= count ? -INFINITY : (mask ? mask[(size_t)s * keys + key_of(mine)] : 0.0f);
+        const float my_mask = mine >= end ? -INFINITY : (mask ? mask[(size_t)s * keys + mine] : 0.0f);
         unsigned long long visible = G4_BALLOT(my_mask != -INFINITY);
         if (!visible) continue;
         auto load = [&](int i, float (&k_val)[slices], float (&v_val)[slices]) {
-            const T* k_row = k_head + (size_t)key_of(base + i * stride) * d;
-            const T* v_row = v_head + (size_t)key_of(base + i * stride) * d;
+            const T* k_row = k_head + (size_t)(base + i * stride) * d;
+            const T* v_row = v_head + (size_t)(base + i * stride) * d;
 #pragma unroll
             for (int r = 0; r < slices; ++r) {
                 const int j = lane + r * warp_size;
