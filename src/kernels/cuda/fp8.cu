@@ -68,17 +68,17 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
 // was, 180 → 209 tok/s; 16 loads per lane instead of 8 were slower, 232 → 207.)
 //
 // One entry point for decode's single row and one for up to G4_GEMV_MAX_ROWS.
-#define G4_FP8_MATMUL(NAME, T)                                                                             \
-    extern "C" __global__ void g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,               \
-                                                               const float* scale, T* y, int m, int n,     \
-                                                               int k, int warps_per_col) {                 \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                        \
-        gemv<T, E4m3Weights, G4_GEMV_MAX_ROWS>(x, w, scale, y, m, n, k, warps_per_col);                    \
-    }                                                                                                      \
-    extern "C" __global__ void g4_matmul_bt_fp8_channel_one_row_##NAME(const T* x, const uint8_t* w,       \
-                                                                       const float* scale, T* y, int m,    \
-                                                                       int n, int k, int warps_per_col) {  \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                        \
-        gemv<T, E4m3Weights, 1>(x, w, scale, y, m, n, k, warps_per_col);                                   \
+#define G4_FP8_MATMUL(NAME, T)                                                                                           \
+    extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,              \
+                                                                              const float* scale, T* y, int m, int n,    \
+                                                                              int k, int warps_per_col) {                \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
+        gemv<T, E4m3Weights, G4_GEMV_MAX_ROWS>(x, w, scale, y, m, n, k, warps_per_col);                                  \
+    }                                                                                                                    \
+    extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_##NAME(const T* x, const uint8_t* w,      \
+                                                                                      const float* scale, T* y, int m,   \
+                                                                                      int n, int k, int warps_per_col) { \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
+        gemv<T, E4m3Weights, 1>(x, w, scale, y, m, n, k, warps_per_col);                                                 \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)

@@ -66,6 +66,15 @@ template <> __device__ __forceinline__ float g4_from_f32<float>(float x) { retur
 template <> __device__ __forceinline__ g4_bf16 g4_from_f32<g4_bf16>(float x) { return g4_f32_to_bf16(x); }
 template <> __device__ __forceinline__ g4_f16 g4_from_f32<g4_f16>(float x) { return __float2half(x); }
 
+// The decode GEMVs' largest block: 8 warps (linear_gelu_mul's gate and up rows) of up to 64
+// lanes. Without a bound HIP's compiler budgets registers for 1,024-thread blocks, too few for
+// the 8-row GEMVs on gfx942; CUDA's keeps the allocation it was measured with.
+#if defined(__HIPCC__)
+#define G4_GEMV_BOUNDS __launch_bounds__(512)
+#else
+#define G4_GEMV_BOUNDS
+#endif
+
 // Rounds through T and back: reproduces where the composed arm stores an intermediate in T.
 template <typename T> __device__ __forceinline__ float g4_round(float x) { return g4_to_f32(g4_from_f32<T>(x)); }
 
