@@ -164,7 +164,8 @@ fi
 if [[ " $STEPS " == *" moe"* || " $STEPS " == *" ab-moe "* ]]; then
   MOE=/tmp/g4-26b-a4b
   rm -rf /tmp/g4-e4b /tmp/g4-31b  # the disk holds one full-size checkpoint at a time
-  [ -f "$MOE/config.json" ] || python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn
+  # (An FP8 rewrite left by an earlier call goes first: the two do not fit together.)
+  [ -f "$MOE/config.json" ] || { rm -rf /tmp/g4-26b-a4b-fp8; python3 scripts/e4b_reference.py build "$MOE" --preset 26b-a4b 2>&1 | grep -v -i warn; }
 fi
 if [[ " $STEPS " == *" moe "* ]]; then
   echo "== g4 bench 26B-A4B bf16"
@@ -189,8 +190,10 @@ fi
 if [[ " $STEPS " == *" moe-fp8 "* ]]; then
   echo "== g4 bench 26B-A4B as compressed-tensors FP8 (experts and projections kept e4m3 on the GPU)"
   MOE_FP8=/tmp/g4-26b-a4b-fp8
-  # The bf16 shards are deleted as they are converted: the disk holds one of the two.
-  [ -f "$MOE_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source
+  # The bf16 shards are deleted as they are converted (the disk holds one of the two), and then
+  # the rest of the bf16 directory, so that a later step on this machine builds it again instead
+  # of finding a config without shards.
+  [ -f "$MOE_FP8/config.json" ] || { python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source && rm -rf "$MOE"; }
   $G4 bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json | tee "$OUT/bench-moe-fp8.json"
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in d['results']]; print('memory', d['memory_mib'], 'weights', d['weights_mib'])" "$OUT/bench-moe-fp8.json"
 fi
@@ -275,7 +278,7 @@ if [[ " $STEPS " == *" ab-moe "* ]]; then
       $binary bench --model "$MOE" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json > "$OUT/ab-moe-$side-$round.json"
     done
   done
-  [ -f "$MOE_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source
+  [ -f "$MOE_FP8/config.json" ] || { python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source && rm -rf "$MOE"; }
   for side in base new; do
     binary=$G4; [ $side = base ] && binary=$G4_BASE
     $binary bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json > "$OUT/ab-moe-fp8-$side-1.json"
