@@ -8,8 +8,8 @@ cd "$(dirname "$0")/../.."
 nvcc_env="$(scripts/nvcc-env.sh)"
 eval "$nvcc_env"
 mkdir -p target/kernel-bench
-for bench in gemv moe pdl; do
+for bench in gemv moe pdl attention; do
   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" \
     "scripts/kernel-bench/${bench}_bench.cu"
 done
-echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl}_bench"
+echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention}_bench"
