@@ -1,8 +1,9 @@
 //! Safetensors checkpoints: one file or sharded (`model.safetensors.index.json`), with the text
 //! stack found under `model.` or `model.language_model.`. Headers are parsed and checked here;
 //! each tensor is read straight from its file into the buffer that becomes the tensor (no
-//! memory map held beside the copy, so a CPU model's memory is its weights), shape-checked and
-//! converted to the compute dtype. Every failure names the file and the tensor.
+//! memory map held beside the copy, so a CPU model's memory is its weights; large tensors by
+//! several threads, stacked projections into one buffer), shape-checked and converted to the
+//! compute dtype. Every failure names the file and the tensor.
 
 use super::projection::Projection;
 use crate::kernels::{arm_for, linear_panels, linear_panels_fp8, Arm, Op};
@@ -365,31 +366,50 @@ impl Checkpoint {
             .iter()
             .map(|(_, _, entry)| entry.candle_dtype())
             .collect();
-        let joinable = stored_dtypes.len() == 1
-            && matches!(
-                stored_dtypes.iter().next(),
-                Some(Some(DType::F32 | DType::BF16 | DType::F16))
-            );
-        if !joinable {
+        let one_dtype = match stored_dtypes.len() {
+            1 => stored_dtypes.into_iter().next().flatten(),
+            _ => None,
+        };
+        let Some(dtype @ (DType::F32 | DType::BF16 | DType::F16)) = one_dtype else {
             let tensors = parts
                 .iter()
                 .map(|part| self.part(part))
                 .collect::<Result<Vec<_>>>()?;
             return Ok(Tensor::cat(&tensors, 0)?);
-        }
-        let host = located
-            .iter()
-            .zip(parts)
-            .map(|((full_name, file, entry), part)| {
-                Ok(part.take.apply(&self.stored(file, full_name, entry)?)?)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        };
         let what = || {
             let first = &located[0].0;
             format!("{first} and {} more", located.len() - 1)
         };
-        Tensor::cat(&host, 0)
-            .and_then(|joined| joined.to_device(&self.device))
+        let rows_of_one_width = located.iter().all(|(_, _, entry)| {
+            !entry.shape.is_empty() && entry.shape[1..] == located[0].2.shape[1..]
+        });
+        let joined = if rows_of_one_width && parts.iter().all(|part| part.take == Take::All) {
+            // Whole tensors: read straight into the joined buffer.
+            let entries: Vec<_> = located
+                .iter()
+                .map(|(_, file, entry)| (&file.bytes, *entry))
+                .collect();
+            let mut shape = located[0].2.shape.clone();
+            shape[0] = located.iter().map(|(_, _, entry)| entry.shape[0]).sum();
+            let joined = read_joined(&entries, dtype, &shape)
+                .map_err(|e| anyhow::anyhow!("tensors {}: {e}", what()))?;
+            if let Some(bar) = &self.progress {
+                bar.inc(entries.iter().map(|(_, entry)| entry.len as u64).sum());
+            }
+            joined
+        } else {
+            let host = located
+                .iter()
+                .zip(parts)
+                .map(|((full_name, file, entry), part)| {
+                    Ok(part.take.apply(&self.stored(file, full_name, entry)?)?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::cat(&host, 0).map_err(|e| anyhow::anyhow!("tensors {}: {e}", what()))?
+        };
+        joined
+            .to_device(&self.device)
             .and_then(|moved| moved.to_dtype(self.dtype))
             .map_err(|e| anyhow::anyhow!("tensors {}: {e}", what()))
     }
@@ -605,37 +625,96 @@ impl Checkpoint {
     }
 }
 
-/// Reads a tensor's bytes straight into the vector that becomes its host storage.
+/// Reads a tensor's bytes straight into the vector that becomes its host storage. The vector is
+/// allocated zeroed (fresh pages from the allocator, not a pass that writes every element) and
+/// filled by several threads when it is large: reading a warm page cache is bound by the copy
+/// and its page faults. (1 GB of bf16 on a 2-core machine: 1.2 GB/s writing every element, then
+/// one reader; 1.6 GB/s zeroed; 2.6 GB/s with two readers.)
 fn read_tensor(bytes: &Bytes, entry: &Entry, dtype: DType) -> Result<Tensor> {
-    fn direct<T: candle_core::WithDType>(bytes: &Bytes, entry: &Entry) -> Result<Tensor> {
-        let n = entry.len / std::mem::size_of::<T>();
-        let mut values = vec![T::zero(); n];
-        // SAFETY: T is a plain float type, every bit pattern of which is a value, and the
+    read_joined(&[(bytes, entry)], dtype, &entry.shape)
+}
+
+/// Tensors stored in `dtype`, read one after another into one host tensor of `shape` (their
+/// concatenation along the first dimension, without a second copy).
+fn read_joined(parts: &[(&Bytes, &Entry)], dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    fn filled<T: candle_core::WithDType>(
+        mut values: Vec<T>,
+        parts: &[(&Bytes, &Entry)],
+        shape: &[usize],
+    ) -> Result<Tensor> {
+        let len = values.len() * std::mem::size_of::<T>();
+        // SAFETY: T is a plain numeric type, every bit pattern of which is a value, and the
         // view covers exactly the vector's initialised elements.
-        let view =
-            unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), entry.len) };
-        bytes.read_at(entry.start, view)?;
-        Ok(Tensor::from_vec(
-            values,
-            entry.shape.as_slice(),
-            &Device::Cpu,
-        )?)
+        let view = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), len) };
+        read_parts(parts, view)?;
+        Ok(Tensor::from_vec(values, shape, &Device::Cpu)?)
     }
+    use half::vec::HalfBitsVecExt;
+    let len: usize = parts.iter().map(|(_, entry)| entry.len).sum();
     match dtype {
-        DType::F32 => direct::<f32>(bytes, entry),
-        DType::BF16 => direct::<half::bf16>(bytes, entry),
-        DType::F16 => direct::<half::f16>(bytes, entry),
+        DType::F32 => filled(vec![0f32; len / 4], parts, shape),
+        DType::BF16 => filled(
+            vec![0u16; len / 2].reinterpret_into::<half::bf16>(),
+            parts,
+            shape,
+        ),
+        DType::F16 => filled(
+            vec![0u16; len / 2].reinterpret_into::<half::f16>(),
+            parts,
+            shape,
+        ),
         _ => {
-            let mut raw = vec![0u8; entry.len];
-            bytes.read_at(entry.start, &mut raw)?;
-            Ok(Tensor::from_raw_buffer(
-                &raw,
-                dtype,
-                &entry.shape,
-                &Device::Cpu,
-            )?)
+            let mut raw = vec![0u8; len];
+            read_parts(parts, &mut raw)?;
+            Ok(Tensor::from_raw_buffer(&raw, dtype, shape, &Device::Cpu)?)
         }
     }
+}
+
+/// Each part's bytes into the next `entry.len` bytes of `view`.
+fn read_parts(parts: &[(&Bytes, &Entry)], mut view: &mut [u8]) -> std::io::Result<()> {
+    for (bytes, entry) in parts {
+        let (part, rest) = std::mem::take(&mut view).split_at_mut(entry.len);
+        read_parallel(bytes, entry.start, part)?;
+        view = rest;
+    }
+    Ok(())
+}
+
+/// Reads of at least this many bytes per thread are split over threads.
+const PARALLEL_READ_BYTES: usize = 32 << 20;
+
+/// `buf.len()` bytes at `offset`, read by up to one thread per core in chunks of at least
+/// [`PARALLEL_READ_BYTES`].
+fn read_parallel(bytes: &Bytes, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    read_in_chunks(bytes, offset, buf, PARALLEL_READ_BYTES, cores)
+}
+
+/// `buf.len()` bytes at `offset` by up to `max_threads` threads, each at least `min_chunk`.
+fn read_in_chunks(
+    bytes: &Bytes,
+    offset: u64,
+    buf: &mut [u8],
+    min_chunk: usize,
+    max_threads: usize,
+) -> std::io::Result<()> {
+    let threads = max_threads.min(buf.len() / min_chunk.max(1)).max(1);
+    if threads == 1 {
+        return bytes.read_at(offset, buf);
+    }
+    let chunk = buf.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let reads: Vec<_> = buf
+            .chunks_mut(chunk)
+            .enumerate()
+            .map(|(i, part)| scope.spawn(move || bytes.read_at(offset + (i * chunk) as u64, part)))
+            .collect();
+        reads.into_iter().try_for_each(|read| {
+            read.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a reader thread panicked")))
+        })
+    })
 }
 
 /// A float table kept in host memory in its stored dtype (see [`Checkpoint::host_rows`]).
@@ -946,6 +1025,58 @@ fn file_name(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A read split over threads (chunks that do not divide it, at an offset into the file)
+    /// returns the bytes one read returns.
+    #[test]
+    fn a_read_split_over_threads_returns_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bytes");
+        let content: Vec<u8> = (0..20_011u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(&path, &content).unwrap();
+        let file = Bytes::File(std::fs::File::open(&path).unwrap());
+        let (offset, len) = (37, 10_007);
+        for threads in [1, 2, 5, 64] {
+            let mut read = vec![0u8; len];
+            read_in_chunks(&file, offset as u64, &mut read, 1_000, threads).unwrap();
+            assert_eq!(read, content[offset..offset + len], "{threads} threads");
+        }
+        let mut past_end = vec![0u8; len];
+        assert!(read_in_chunks(&file, 15_000, &mut past_end, 1_000, 5).is_err());
+    }
+
+    /// Whole tensors joined by `concat` (read straight into one buffer) equal `Tensor::cat` of
+    /// the tensors loaded one by one.
+    #[test]
+    fn a_concat_of_whole_tensors_equals_their_cat() {
+        let dir = tempfile::tempdir().unwrap();
+        let part = |rows: usize, first: f32| {
+            Tensor::arange(first, first + (rows * 8) as f32, &Device::Cpu)
+                .unwrap()
+                .reshape((rows, 8))
+                .unwrap()
+                .to_dtype(DType::BF16)
+                .unwrap()
+        };
+        let tensors = HashMap::from([
+            ("model.embed_tokens.weight".to_string(), part(2, 0.0)),
+            ("model.a.weight".to_string(), part(3, 100.0)),
+            ("model.b.weight".to_string(), part(5, 200.0)),
+        ]);
+        candle_core::safetensors::save(&tensors, dir.path().join("model.safetensors")).unwrap();
+        let ckpt = Checkpoint::open(dir.path(), &Device::Cpu, DType::BF16).unwrap();
+        let joined = ckpt
+            .concat(&[
+                Part::whole("b.weight", &[5, 8]),
+                Part::whole("a.weight", &[3, 8]),
+            ])
+            .unwrap();
+        let expected = Tensor::cat(&[part(5, 200.0), part(3, 100.0)], 0).unwrap();
+        assert_eq!(joined.dims(), &[8, 8]);
+        assert_eq!(count_differing(&joined, &expected), 0.0);
+    }
 
     /// A gather large enough to be split over threads returns exactly the rows index_select
     /// picks from the same table loaded whole.
