@@ -51,13 +51,18 @@ pub fn linear_gelu_mul_on(arm: Arm, x: &Tensor, weights: Weights, up: Up) -> Res
 }
 
 pub fn composed(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
-    let projected = match weights {
-        Weights::Dense(w) => linear::composed(x, w)?,
-        Weights::Fp8 { weight, scale } => matmul_bt_fp8_channel::composed(x, weight, scale)?,
-    };
+    let projected = composed_projection(x, weights)?;
     match up {
         Up::Packed => gelu_and_mul::composed(&projected),
         Up::Given(up) => gelu_mul::composed(&projected, up),
+    }
+}
+
+/// `x·Wᵀ` by the weights' composed arm.
+fn composed_projection(x: &Tensor, weights: Weights) -> Result<Tensor> {
+    match weights {
+        Weights::Dense(w) => linear::composed(x, w),
+        Weights::Fp8 { weight, scale } => matmul_bt_fp8_channel::composed(x, weight, scale),
     }
 }
 
@@ -178,11 +183,7 @@ pub fn reference(
     let projected = reference::matmul_bt(x, w, m, n, k);
     match given_up {
         None => gelu_and_mul::reference(&projected, n / 2),
-        Some(up) => projected
-            .iter()
-            .zip(up)
-            .map(|(g, u)| reference::gelu_tanh(*g) * u)
-            .collect(),
+        Some(up) => gelu_mul::reference(&projected, up),
     }
 }
 
@@ -196,12 +197,7 @@ pub const CONTRACT: OpContract = OpContract {
             what: "gate and up swapped",
             run: |c| {
                 let (x, weights, up) = inputs(c);
-                let projected = match weights {
-                    Weights::Dense(w) => linear::composed(x, w)?,
-                    Weights::Fp8 { weight, scale } => {
-                        matmul_bt_fp8_channel::composed(x, weight, scale)?
-                    }
-                };
+                let projected = composed_projection(x, weights)?;
                 let (gate, up) = match up {
                     Up::Packed => {
                         let d = projected.dim(1)? / 2;
