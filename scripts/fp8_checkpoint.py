@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Rewrites a Hugging Face Gemma-4 checkpoint as compressed-tensors FP8, the format of FP8 releases:
-every attention, MLP and per-layer-input projection (and every MoE expert, exploded into one
+every attention, MLP and per-layer-input projection, the model-level per-layer projection (a
+Linear, which llm-compressor's "Linear" target quantises too), and every MoE expert (exploded into one
 gate/up/down weight per expert) stored as e4m3 with one f32 scale per output row (absmax / 448);
 embeddings, norms, the router and the head kept as they are.
 
@@ -23,7 +24,7 @@ from safetensors.torch import save_file
 
 FP8_MAX = 448.0
 LINEAR = re.compile(
-    r"layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj|per_layer_input_gate|per_layer_projection)\.weight$")
+    r"(layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj|per_layer_input_gate|per_layer_projection)|per_layer_model_projection)\.weight$")
 EXPERTS = re.compile(r"layers\.\d+\.experts\.(gate_up_proj|down_proj)$")
 QUANTIZATION_CONFIG = {
     "quant_method": "compressed-tensors", "format": "float-quantized",

@@ -350,7 +350,7 @@ pub const CONTRACT: OpContract = OpContract {
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "up to 16 queries, head_dim up to 512",
-        path: "native: split-K over the keys with an online softmax, K/V read in place",
+        path: "native: split-K over the keys with an online softmax, K/V read in place (16 bytes a lane at once where aligned rows are whole vectors: head_dim 256 and 512)",
         case: "q[8×1×512] kv[2×256] at position 69",
     },
     ShapePath {

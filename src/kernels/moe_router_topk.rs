@@ -2,7 +2,7 @@
 //! × `per_expert_scale[expert]`.
 
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::{rngs::StdRng, Rng};
@@ -55,11 +55,19 @@ pub fn composed(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<
 /// Tokens (one warp each) per block of the CUDA arm.
 const TOKENS_PER_BLOCK: usize = 4;
 
-/// CUDA arm: one warp per token (src/kernels/cuda/moe.cu).
+/// Experts a lane of the CUDA arm holds (`G4_ROUTER_PER_LANE` in src/kernels/cuda/moe.cu).
+const EXPERTS_PER_LANE: usize = 8;
+
+/// CUDA arm: one warp per token, its probabilities in registers (src/kernels/cuda/moe.cu); more
+/// experts than its lanes hold, or more choices than lanes, take the composed arm.
 fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(Tensor, Tensor)> {
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
-    let logits = logits.contiguous()?;
     let (rows, experts) = logits.dims2()?;
+    let lanes = warp_lanes(logits.device());
+    if experts > EXPERTS_PER_LANE * lanes || k > lanes || k > experts {
+        return composed(logits, k, per_expert_scale);
+    }
+    let logits = logits.contiguous()?;
     let scale = per_expert_scale.to_dtype(logits.dtype())?.contiguous()?;
     let weights = empty((rows, k), DType::F32, logits.device())?;
     let chosen = empty((rows, k), DType::U32, logits.device())?;
@@ -75,11 +83,7 @@ fn native_fwd(logits: &Tensor, k: usize, per_expert_scale: &Tensor) -> Result<(T
     launch(
         &kernel_name("moe_router_topk", logits.dtype())?,
         logits.device(),
-        Grid::of_warps(
-            rows.div_ceil(TOKENS_PER_BLOCK),
-            TOKENS_PER_BLOCK,
-            warp_lanes(logits.device()),
-        ),
+        Grid::of_warps(rows.div_ceil(TOKENS_PER_BLOCK), TOKENS_PER_BLOCK, lanes),
         &args,
     )?;
     Ok((weights, chosen))
@@ -113,7 +117,7 @@ pub fn reference(
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
-    spec: OpSpec::floats(ToleranceClass::RoundsOnce),
+    spec: OpSpec::floats(ToleranceClass::RoundsOnce).shape_paths(SHAPE_PATHS),
     cases,
     run,
     mutants: &[Mutant {
@@ -125,9 +129,23 @@ pub const CONTRACT: OpContract = OpContract {
     }],
 };
 
+/// Shapes the native arm hands to another path.
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "up to 8 experts per warp lane (256 on NVIDIA GPUs), top-k up to the lanes",
+        path: "native: one warp per token, the probabilities in registers",
+        case: "[5, 128] top-8",
+    },
+    ShapePath {
+        shapes: "more experts than that (300 take this path on NVIDIA GPUs only)",
+        path: "composed",
+        case: "[2, 300] top-8",
+    },
+];
+
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    for (rows, experts, k) in [(1, 4, 2), (3, 16, 4), (5, 128, 8)] {
+    for (rows, experts, k) in [(1, 4, 2), (3, 16, 4), (2, 300, 8), (5, 128, 8)] {
         let mut c = Builder::new(device, dtype, rng);
         // Distinct, well-separated logits: rounding can never create a tie.
         let mut logits = Vec::with_capacity(rows * experts);

@@ -7,8 +7,9 @@
 //! input of the step, written before it runs like its token and position are.
 
 use super::config::Config;
-use super::weights::{Checkpoint, HostRows};
-use crate::kernels::{linear::linear, native, rms_norm::rms_norm};
+use super::projection::Projection;
+use super::weights::{Checkpoint, HostRows, Part};
+use crate::kernels::{native, rms_norm::rms_norm};
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Tensor};
 
@@ -70,7 +71,8 @@ pub struct PerLayerEmbeddings {
     vocab_size: usize,
     table: Table,
     table_scale: f64,
-    model_projection: Tensor,
+    /// `[L·Dp, H]`; e4m3 where the checkpoint stores it so (and the device runs FP8 natively).
+    model_projection: Projection,
     projection_norm: Tensor,
     device: Device,
     dtype: DType,
@@ -143,7 +145,10 @@ impl PerLayerEmbeddings {
             vocab_size: spec.vocab_size,
             table,
             table_scale,
-            model_projection: ckpt.tensor("per_layer_model_projection.weight", &[total, h])?,
+            model_projection: ckpt.projection(Part::whole(
+                "per_layer_model_projection.weight",
+                &[total, h],
+            ))?,
             projection_norm: ckpt.tensor("per_layer_projection_norm.weight", &[spec.width])?,
             device: ckpt.device().clone(),
             dtype: ckpt.dtype(),
@@ -156,8 +161,9 @@ impl PerLayerEmbeddings {
             Table::Device(table) => Some(table),
             Table::Host(_) => None,
         };
-        [&self.model_projection, &self.projection_norm]
-            .into_iter()
+        self.model_projection
+            .tensors()
+            .chain([&self.projection_norm])
             .chain(table)
     }
 
@@ -223,7 +229,7 @@ impl PerLayerEmbeddings {
     ) -> Result<LayerInputs<'a>> {
         let layers = config.num_layers();
         let seq = x0.dim(1)?;
-        let context = (linear(x0, &self.model_projection)?
+        let context = (self.model_projection.forward(x0)?
             * (config.hidden_size as f64).powf(-0.5))?
         .reshape((1, seq, layers, self.width))?;
         let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;

@@ -6,7 +6,8 @@
 // cuBLAS's GEMMs around attention_softmax (below).
 // K/V may be views into a longer cache: rows are contiguous, heads are `kv_head_stride` elements
 // apart. mask is an optional additive f32 [S, T]; a warp reads 32 mask entries at once and skips
-// the hidden keys without touching K/V, so a mostly-empty cache buffer costs little.
+// the hidden keys without touching K/V, so a mostly-empty cache buffer costs little. Lanes load
+// K/V rows 16 bytes at a time where the rows allow it (VectorRow below), else element by element.
 #include "g4_compat.cuh"
 
 #define G4_ATTN_MAX_D 512
@@ -15,77 +16,139 @@
 // kernel fits 128 registers, four of its 128-thread blocks per multiprocessor on NVIDIA GPUs.
 #define G4_ATTN_MAX_THREADS (G4_ATTN_WARPS * 64)
 
+// How a lane holds its share of a D-row of q, K or V: `n` floats, float i being element
+// `index(i)` of the row. StridedRow loads element lane + i·warp_size one at a time (any D);
+// VectorRow loads 16 bytes at once (C loads of 16 / sizeof(T) contiguous elements per lane, for
+// D = C · warp_size · 16 / sizeof(T) and 16-byte aligned rows), which halved the time of decode
+// attention at Gemma-4's head sizes (scripts/kernel-bench/attention_bench.cu).
 template <typename T>
-__device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, T* out,
-                                float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
-                                int keys, int d, size_t kv_head_stride, float scale, int splits) {
+struct StridedRow {
+    static constexpr int n = G4_ATTN_MAX_D / 32;
+    struct Loaded {
+        float v[n];
+    };
+    __device__ static int index(int i, int lane, int warp_size) { return lane + i * warp_size; }
+    __device__ static void load(const T* row, int lane, int warp_size, int d, Loaded& out) {
+#pragma unroll
+        for (int i = 0; i < n; ++i) {
+            const int j = index(i, lane, warp_size);
+            out.v[i] = j < d ? g4_to_f32(row[j]) : 0.0f;
+        }
+    }
+    // q stays in shared memory: sixteen more registers a lane would spill the loads in flight.
+    struct Query {
+        const float* row;
+        int lane, warp_size, d;
+    };
+    __device__ static Query query(const float* q_row, int lane, int warp_size, int d) {
+        return {q_row, lane, warp_size, d};
+    }
+    __device__ static float dot(const Query& q, const Loaded& k) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < n; ++i) {
+            const int j = index(i, q.lane, q.warp_size);
+            if (j < q.d) sum += q.row[j] * k.v[i];
+        }
+        return sum;
+    }
+    __device__ static void accumulate(float (&acc)[n], float correction, float p, const Loaded& v) {
+#pragma unroll
+        for (int i = 0; i < n; ++i) acc[i] = acc[i] * correction + p * v.v[i];
+    }
+};
+
+template <typename T, int C>
+struct VectorRow {
+    static constexpr int per_load = 16 / sizeof(T);
+    static constexpr int n = C * per_load;
+    struct Loaded {
+        uint4 v[C];
+    };
+    __device__ static int index(int i, int lane, int warp_size) {
+        return ((i / per_load) * warp_size + lane) * per_load + i % per_load;
+    }
+    __device__ static void load(const T* row, int lane, int warp_size, int, Loaded& out) {
+        const uint4* vectors = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+        for (int c = 0; c < C; ++c) out.v[c] = vectors[c * warp_size + lane];
+    }
+    struct Query {
+        float v[n];
+    };
+    __device__ static Query query(const float* q_row, int lane, int warp_size, int) {
+        Query q;
+#pragma unroll
+        for (int i = 0; i < n; ++i) q.v[i] = q_row[index(i, lane, warp_size)];
+        return q;
+    }
+    __device__ static float dot(const Query& q, const Loaded& k) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const T* t = reinterpret_cast<const T*>(&k.v[c]);
+#pragma unroll
+            for (int e = 0; e < per_load; ++e) sum += q.v[c * per_load + e] * g4_to_f32(t[e]);
+        }
+        return sum;
+    }
+    __device__ static void accumulate(float (&acc)[n], float correction, float p, const Loaded& v) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const T* t = reinterpret_cast<const T*>(&v.v[c]);
+#pragma unroll
+            for (int e = 0; e < per_load; ++e) {
+                acc[c * per_load + e] = acc[c * per_load + e] * correction + p * g4_to_f32(t[e]);
+            }
+        }
+    }
+};
+
+// One warp's online softmax over its keys of the chunk [first, end), into the block's shared
+// per-warp state. Warp w takes keys first + w, first + w + WARPS, …; it reads the mask of
+// warp_size of them at once (one per lane) and walks the visible ones, skipping hidden keys
+// without loading K or V. The next visible key's K/V loads are issued before this key's
+// arithmetic, so that a warp keeps two keys' loads in flight (one at a time left long contexts
+// latency-bound).
+template <typename T, typename Row>
+__device__ __noinline__ void attention_warp(const float* q_row, const T* k_head, const T* v_head, const float* mask_row,
+                               int first, int end, int d, float scale, float* warp_max, float* warp_sum,
+                               float (*warp_acc)[G4_ATTN_MAX_D]) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const int row = blockIdx.x / splits;  // (b * heads + h) * seq + s
-    const int split = blockIdx.x % splits;
-    const int s = row % seq, h = (row / seq) % heads, b = row / (seq * heads);
-    const int kvh = h / (heads / kv_heads);
-    const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
-    const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
-    const int chunk = (keys + splits - 1) / splits;
-    const int first = split * chunk, end = min(keys, first + chunk);
-
-    __shared__ float q_row[G4_ATTN_MAX_D];
-    __shared__ float warp_max[G4_ATTN_WARPS], warp_sum[G4_ATTN_WARPS];
-    __shared__ float warp_acc[G4_ATTN_WARPS][G4_ATTN_MAX_D];
-    for (int j = threadIdx.x; j < d; j += blockDim.x) q_row[j] = g4_to_f32(q[(size_t)row * d + j]);
-    __syncthreads();
-
-    // Per-lane slices of a D-row: element lane + r·warp_size. Fixed bounds keep them in registers.
-    constexpr int slices = G4_ATTN_MAX_D / 32;
-    float acc[slices];
+    const typename Row::Query q_val = Row::query(q_row, lane, warp_size, d);
+    float acc[Row::n];
 #pragma unroll
-    for (int r = 0; r < slices; ++r) acc[r] = 0.0f;
+    for (int i = 0; i < Row::n; ++i) acc[i] = 0.0f;
     float running_max = -INFINITY, running_sum = 0.0f;
-    // Warp w takes keys first + w, first + w + WARPS, …; it reads the mask of warp_size of them
-    // at once (one per lane) and walks the visible ones, skipping hidden keys without loading K
-    // or V. The next visible key's K/V loads are issued before this key's arithmetic, so that a
-    // warp keeps two keys' loads in flight (one at a time left long contexts latency-bound).
     const int stride = G4_ATTN_WARPS;
     for (int base = first + warp; base < end; base += stride * warp_size) {
         const int mine = base + lane * stride;
-        const float my_mask = mine >= end ? -INFINITY : (mask ? mask[(size_t)s * keys + mine] : 0.0f);
+        const float my_mask = mine >= end ? -INFINITY : (mask_row ? mask_row[mine] : 0.0f);
         unsigned long long visible = G4_BALLOT(my_mask != -INFINITY);
         if (!visible) continue;
-        auto load = [&](int i, float (&k_val)[slices], float (&v_val)[slices]) {
-            const T* k_row = k_head + (size_t)(base + i * stride) * d;
-            const T* v_row = v_head + (size_t)(base + i * stride) * d;
-#pragma unroll
-            for (int r = 0; r < slices; ++r) {
-                const int j = lane + r * warp_size;
-                k_val[r] = j < d ? g4_to_f32(k_row[j]) : 0.0f;
-                v_val[r] = j < d ? g4_to_f32(v_row[j]) : 0.0f;
-            }
+        auto load = [&](int i, typename Row::Loaded& k_val, typename Row::Loaded& v_val) {
+            const size_t offset = (size_t)(base + i * stride) * d;
+            Row::load(k_head + offset, lane, warp_size, d, k_val);
+            Row::load(v_head + offset, lane, warp_size, d, v_val);
         };
         int i = __ffsll((long long)visible) - 1;
-        float k_val[slices], v_val[slices], k_next[slices], v_next[slices];
+        typename Row::Loaded k_val, v_val, k_next, v_next;
         load(i, k_val, v_val);
         while (true) {
             visible &= visible - 1;
             const int next = visible ? __ffsll((long long)visible) - 1 : -1;
             if (next >= 0) load(next, k_next, v_next);
-            float dot = 0.0f;
-#pragma unroll
-            for (int r = 0; r < slices; ++r) {
-                const int j = lane + r * warp_size;
-                if (j < d) dot += q_row[j] * k_val[r];
-            }
+            float dot = Row::dot(q_val, k_val);
             for (int bits = warp_size / 2; bits > 0; bits >>= 1) dot += G4_SHFL_XOR(dot, bits);
             const float score = dot * scale + G4_SHFL(my_mask, i);
             const float new_max = fmaxf(running_max, score);
             const float correction = expf(running_max - new_max), p = expf(score - new_max);
             running_sum = running_sum * correction + p;
-#pragma unroll
-            for (int r = 0; r < slices; ++r) acc[r] = acc[r] * correction + p * v_val[r];
+            Row::accumulate(acc, correction, p, v_val);
             running_max = new_max;
             if (next < 0) break;
-#pragma unroll
-            for (int r = 0; r < slices; ++r) k_val[r] = k_next[r], v_val[r] = v_next[r];
+            k_val = k_next, v_val = v_next;
             i = next;
         }
     }
@@ -94,9 +157,48 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
         warp_sum[warp] = running_sum;
     }
 #pragma unroll
-    for (int r = 0; r < slices; ++r) {
-        const int j = lane + r * warp_size;
+    for (int r = 0; r < Row::n; ++r) {
+        const int j = Row::index(r, lane, warp_size);
         if (j < d) warp_acc[warp][j] = acc[r];
+    }
+}
+
+template <typename T>
+__device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, T* out,
+                                float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
+                                int keys, int d, size_t kv_head_stride, float scale, int splits) {
+    const int warp_size = warpSize;
+    const int row = blockIdx.x / splits;  // (b * heads + h) * seq + s
+    const int split = blockIdx.x % splits;
+    const int s = row % seq, h = (row / seq) % heads, b = row / (seq * heads);
+    const int kvh = h / (heads / kv_heads);
+    const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
+    const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
+    const int chunk = (keys + splits - 1) / splits;
+    const int first = split * chunk, end = min(keys, first + chunk);
+    const float* mask_row = mask ? mask + (size_t)s * keys : nullptr;
+
+    __shared__ float q_row[G4_ATTN_MAX_D];
+    __shared__ float warp_max[G4_ATTN_WARPS], warp_sum[G4_ATTN_WARPS];
+    __shared__ float warp_acc[G4_ATTN_WARPS][G4_ATTN_MAX_D];
+    for (int j = threadIdx.x; j < d; j += blockDim.x) q_row[j] = g4_to_f32(q[(size_t)row * d + j]);
+    __syncthreads();
+
+    // The same for the whole block: 16-byte loads where whole, aligned vectors cover the rows.
+    constexpr int per_load = 16 / sizeof(T);
+    const bool aligned = (((uintptr_t)k_head | (uintptr_t)v_head) % 16 == 0) && d % per_load == 0;
+    const int vectors = aligned && d % (warp_size * per_load) == 0 ? d / (warp_size * per_load) : 0;
+    if (vectors == 1) {
+        attention_warp<T, VectorRow<T, 1>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+    } else if (vectors == 2) {
+        attention_warp<T, VectorRow<T, 2>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+    } else if (per_load == 4 && vectors == 4) {
+        // f32 heads of 512 (16-bit heads up to G4_ATTN_MAX_D take at most two vectors a lane).
+        if constexpr (per_load == 4) {
+            attention_warp<T, VectorRow<T, 4>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+        }
+    } else {
+        attention_warp<T, StridedRow<T>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
     }
     __syncthreads();
     float chunk_max = -INFINITY;

@@ -29,13 +29,16 @@ __device__ __forceinline__ float inv_rms(const float (&v)[V], int cols, float ep
     return 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
 }
 
-// Every input is loaded before the first reduction: one memory round trip per kernel.
+// Every input is loaded before the first reduction: one memory round trip per kernel. The
+// weights are loaded before the wait for the kernels before (G4_WAIT_FOR_INPUTS): no kernel
+// writes them, so their loads overlap the end of the previous kernel.
 template <typename T, int V>
 __device__ void rms_norm(const T* x, const T* w, T* out, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
     float v[V], weight[V];
-    load_row(x + base, cols, v);
     load_row(w, cols, weight);
+    G4_WAIT_FOR_INPUTS();
+    load_row(x + base, cols, v);
     const float inv = inv_rms(v, cols, eps);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -48,8 +51,9 @@ template <typename T, int V>
 __device__ void rms_norm_plus_add(const T* residual, const T* x, const T* w, T* out, int cols, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
     float v[V], weight[V], res[V];
-    load_row(x + base, cols, v);
     load_row(w, cols, weight);
+    G4_WAIT_FOR_INPUTS();
+    load_row(x + base, cols, v);
     load_row(residual + base, cols, res);
     const float inv = inv_rms(v, cols, eps);
 #pragma unroll
@@ -66,9 +70,10 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
                                        T* out_y, int cols, float residual_scale, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
     float v[V], weight1[V], weight2[V], res[V];
-    load_row(x + base, cols, v);
     load_row(w1, cols, weight1);
     load_row(w2, cols, weight2);
+    G4_WAIT_FOR_INPUTS();
+    load_row(x + base, cols, v);
     load_row(residual + base, cols, res);
     const float inv_x = inv_rms(v, cols, eps);
     const float scale = g4_round<T>(residual_scale);
@@ -123,8 +128,9 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
         }
     }
     float v[V], weight[V];
-    load_row(qkv + (size_t)s * width + offset, d, v);
     load_row(w, d, weight);
+    G4_WAIT_FOR_INPUTS();
+    load_row(qkv + (size_t)s * width + offset, d, v);
     const float inv = inv_rms(v, d, eps);
     T* dst = slot && out != q_out ? out + ((size_t)out_head * cache_rows + *slot) * d
                                   : out + ((size_t)out_head * seq + s) * d;
@@ -161,9 +167,10 @@ __device__ void moe_inputs(const T* residual, const T* router_scale, const T* ex
                            T* experts_out, int cols, float factor, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
     float v[V], scale[V], weight[V];
-    load_row(residual + base, cols, v);
     load_row(router_scale, cols, scale);
     load_row(experts_norm, cols, weight);
+    G4_WAIT_FOR_INPUTS();
+    load_row(residual + base, cols, v);
     const float inv = inv_rms(v, cols, eps);
     const float rounded_factor = g4_round<T>(factor);
 #pragma unroll
@@ -179,13 +186,16 @@ __device__ void moe_inputs(const T* residual, const T* router_scale, const T* ex
 // moe_output (src/kernels/moe_output.rs): out = (r + rms_norm(rms_norm(dense; w1) +
 // rms_norm(T(experts); w2); w3)) · s, rounded to T where the composed arm stores an
 // intermediate, and — where w4 (the next layer's input norm) is given — next = rms_norm(out; w4).
-// The weights are read where they are used (they stay in cache), to keep the registers for the
-// three rows.
 template <typename T, int V>
 __device__ void moe_output(const T* residual, const T* dense, const float* experts, const T* w1, const T* w2,
                            const T* w3, const T* w4, T* out, T* next, int cols, float output_scale, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float d[V], e[V], res[V];
+    float d[V], e[V], res[V], weight1[V], weight2[V], weight3[V], weight4[V];
+    load_row(w1, cols, weight1);
+    load_row(w2, cols, weight2);
+    load_row(w3, cols, weight3);
+    if (w4) load_row(w4, cols, weight4);
+    G4_WAIT_FOR_INPUTS();
     load_row(dense + base, cols, d);
     load_row(experts + base, cols, e);
     load_row(residual + base, cols, res);
@@ -196,8 +206,7 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
-        d[i] = j < cols ? g4_round<T>(g4_round<T>(d[i] * inv_d * g4_to_f32(w1[j])) +
-                                      g4_round<T>(e[i] * inv_e * g4_to_f32(w2[j])))
+        d[i] = j < cols ? g4_round<T>(g4_round<T>(d[i] * inv_d * weight1[i]) + g4_round<T>(e[i] * inv_e * weight2[i]))
                         : 0.0f;
     }
     const float inv_sum = inv_rms(d, cols, eps);
@@ -207,7 +216,7 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
         if (j >= cols) continue;
-        const float summed = g4_round<T>(res[i] + g4_round<T>(d[i] * inv_sum * g4_to_f32(w3[j])));
+        const float summed = g4_round<T>(res[i] + g4_round<T>(d[i] * inv_sum * weight3[i]));
         d[i] = g4_round<T>(summed * scale);
         out[base + j] = g4_from_f32<T>(d[i]);
     }
@@ -216,46 +225,46 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const int j = threadIdx.x + i * blockDim.x;
-        if (j < cols) next[base + j] = g4_from_f32<T>(d[i] * inv_out * g4_to_f32(w4[j]));
+        if (j < cols) next[base + j] = g4_from_f32<T>(d[i] * inv_out * weight4[i]);
     }
 }
 
 #define G4_NORM_KERNELS(NAME, T, V, WIDE)                                                                   \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
         g4_rms_norm##WIDE##_##NAME(const T* x, const T* w, T* out, int cols, float eps) {                   \
-        G4_KERNEL_START();                                                                                  \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                  \
         rms_norm<T, V>(x, w, out, cols, eps);                                                               \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_rms_norm_plus_add##WIDE##_##NAME(  \
         const T* residual, const T* x, const T* w, T* out, int cols, float eps) {                           \
-        G4_KERNEL_START();                                                                                  \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                  \
         rms_norm_plus_add<T, V>(residual, x, w, out, cols, eps);                                            \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)                                       \
         g4_dual_rms_norm_plus_res##WIDE##_##NAME(const T* residual, const T* x, const T* w1, const T* w2,   \
                                                  T* out_residual, T* out_y, int cols, float residual_scale, \
                                                  float eps) {                                               \
-        G4_KERNEL_START();                                                                                  \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                  \
         dual_rms_norm_plus_res<T, V>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps);  \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
         T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq, int q_heads, int kv_heads, int d, \
         int kv_code, float eps) {                                                                            \
-        G4_KERNEL_START();                                                                                   \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                   \
         qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, slot, cache_rows, seq, q_heads, \
                             kv_heads, d, kv_code, eps);                                                     \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs##WIDE##_##NAME(        \
         const T* residual, const T* router_scale, const T* experts_norm, T* router_out, T* experts_out,       \
         int cols, float factor, float eps) {                                                                \
-        G4_KERNEL_START();                                                                                   \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                   \
         moe_inputs<T, V>(residual, router_scale, experts_norm, router_out, experts_out, cols, factor, eps);  \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output##WIDE##_##NAME(        \
         const T* residual, const T* dense, const float* experts, const T* w1, const T* w2, const T* w3,      \
         const T* w4, T* out, T* next, int cols, float output_scale, float eps) {                            \
-        G4_KERNEL_START();                                                                                  \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                  \
         moe_output<T, V>(residual, dense, experts, w1, w2, w3, w4, out, next, cols, output_scale, eps);     \
     }
 #define G4_NORMS(NAME, T) G4_NORM_KERNELS(NAME, T, 8, ) G4_NORM_KERNELS(NAME, T, 16, _wide)

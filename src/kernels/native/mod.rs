@@ -577,33 +577,86 @@ mod tests {
         }
     }
 
+    /// The body of device function `name` in `sources` (from its definition's opening brace to
+    /// the matching closing one).
+    fn device_function_body<'s>(sources: &'s str, name: &str) -> Option<&'s str> {
+        let definition = format!(" {name}(");
+        sources.match_indices(&definition).find_map(|(at, _)| {
+            let rest = &sources[at..];
+            let close = rest.find(')')?;
+            let after = rest[close..].trim_start_matches(|c: char| c != '{' && c != ';');
+            if !after.starts_with('{') {
+                return None;
+            }
+            let mut depth = 0;
+            for (i, c) in after.char_indices() {
+                depth += match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+                if depth == 0 {
+                    return Some(&after[..=i]);
+                }
+            }
+            None
+        })
+    }
+
+    /// Whether `body` waits for its inputs, itself or in a device function it calls.
+    fn waits(sources: &str, body: &str, depth: usize) -> bool {
+        body.contains("G4_WAIT_FOR_INPUTS()")
+            || depth > 0
+                && body
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .filter(|word| word.len() > 2)
+                    .filter_map(|word| device_function_body(sources, word))
+                    .any(|callee| callee != body && waits(sources, callee, depth - 1))
+    }
+
     /// Every kernel may start before the one before it has finished (programmatic dependent
     /// launch, native/cuda.rs): each entry point's body must begin with `G4_KERNEL_START`, or,
-    /// for the GEMVs that load weights before their input, let dependents launch and leave the
-    /// wait to gemv.cuh. A kernel without either would read its input early.
+    /// for the kernels that load their weights before their inputs (the decode GEMVs, the
+    /// norms), let dependents launch and call a device function that waits. A kernel without
+    /// either would read its input early.
     #[test]
     fn every_kernel_waits_for_its_inputs() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/kernels/cuda");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        let sources: String = files
+            .iter()
+            .filter(|path| path.extension().is_some_and(|e| e == "cu" || e == "cuh"))
+            .map(|path| std::fs::read_to_string(path).unwrap())
+            .collect();
         let mut kernels = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "cu") {
-                continue;
-            }
-            let source = std::fs::read_to_string(&path).unwrap();
+        for path in files
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "cu"))
+        {
+            let source = std::fs::read_to_string(path).unwrap();
             for (at, _) in source.match_indices("__global__") {
                 let body = &source[at..][source[at..].find('{').unwrap() + 1..];
-                let first = body
+                let mut statements = body
                     .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
-                    .split(';')
+                    .split(';');
+                let first = statements.next().unwrap();
+                let callee = statements
+                    .next()
+                    .unwrap()
+                    .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                    .split(['<', '('])
                     .next()
                     .unwrap();
-                let entry = body.split('}').next().unwrap();
-                let streaming = first == "G4_LET_DEPENDENTS_LAUNCH()"
-                    && (entry.contains("gemv<") || entry.contains("gemv_gelu_mul<"));
+                let loads_weights_first = first == "G4_LET_DEPENDENTS_LAUNCH()"
+                    && device_function_body(&sources, callee)
+                        .is_some_and(|callee| waits(&sources, callee, 1));
                 assert!(
-                    first == "G4_KERNEL_START()" || streaming,
-                    "{}: a kernel starts with `{first}`",
+                    first == "G4_KERNEL_START()" || loads_weights_first,
+                    "{}: a kernel starts with `{first}` and calls `{callee}`",
                     path.display()
                 );
                 kernels += 1;
@@ -614,7 +667,5 @@ mod tests {
             "found {kernels} kernels under {}",
             dir.display()
         );
-        let gemv = std::fs::read_to_string(dir.join("gemv.cuh")).unwrap();
-        assert!(gemv.contains("G4_WAIT_FOR_INPUTS()"));
     }
 }
