@@ -283,7 +283,7 @@ fn probe_rejects_an_unknown_op_by_name() {
     );
 }
 
-/// Ops that run in f32 only (argmax, moe_zero) are reported as not applicable to a bf16 or f16
+/// Ops that run in f32 only (argmax) are reported as not applicable to a bf16 or f16
 /// probe, never a crash.
 #[test]
 fn a_dtype_an_op_does_not_run_in_is_reported_not_applicable() {

@@ -65,7 +65,7 @@ pub fn reference(
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsOnce)
         .native(native::CUDA_BLAS_FLOATS)
-        .not_used_yet("meant for accumulating MoE expert outputs in one GEMM; the MoE path uses moe_weighted_scatter_add today").flops(gemm_flops),
+        .not_used_yet("meant for accumulating MoE expert outputs in one GEMM; the MoE path uses moe_combine today").flops(gemm_flops),
     cases,
     run,
     mutants: &[

@@ -31,14 +31,13 @@ pub mod linear_panels;
 pub mod linear_panels_fp8;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
+pub mod moe_combine;
 pub mod moe_experts;
 pub mod moe_experts_fp8;
 pub mod moe_gather_rows;
 pub mod moe_inputs;
 pub mod moe_output;
 pub mod moe_router_topk;
-pub mod moe_weighted_scatter_add;
-pub mod moe_zero;
 pub mod qkv_norm_rope;
 pub mod rms_norm;
 pub mod rms_norm_plus_add;
@@ -90,8 +89,7 @@ fused_ops! {
     MatmulBtFp8Channel => matmul_bt_fp8_channel,
     MoeRouterTopk => moe_router_topk,
     MoeGatherRows => moe_gather_rows,
-    MoeWeightedScatterAdd => moe_weighted_scatter_add,
-    MoeZero => moe_zero,
+    MoeCombine => moe_combine,
     MoeExperts => moe_experts,
     MoeExpertsFp8 => moe_experts_fp8,
     MoeInputs => moe_inputs,

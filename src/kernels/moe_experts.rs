@@ -6,7 +6,7 @@
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::native;
-use super::{arm_for, gelu_and_mul, linear, moe_gather_rows, moe_weighted_scatter_add, moe_zero};
+use super::{arm_for, gelu_and_mul, linear, moe_combine, moe_gather_rows};
 use super::{reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::{rngs::StdRng, Rng};
@@ -43,7 +43,7 @@ pub fn moe_experts_on(
 
 /// Tokens grouped by expert on the host (a counting sort of the routing, uploaded once), one
 /// gather of every routed row in expert order, both projections per expert on its slice of the
-/// rows, and one weighted scatter-add of all results.
+/// rows, and one weighted combine of each token's rows.
 pub fn composed(
     x: &Tensor,
     ids: &Tensor,
@@ -51,7 +51,7 @@ pub fn composed(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    let routing = Routing::by_expert(ids, weights, gate_up.dim(0)?)?;
+    let routing = Routing::by_expert(ids, gate_up.dim(0)?)?;
     let inputs = moe_gather_rows::moe_gather_rows(x, &routing.rows)?;
     let mut outputs = Vec::new();
     let mut start = 0;
@@ -70,25 +70,26 @@ pub fn composed(
     } else {
         Some(Tensor::cat(&outputs, 0)?)
     };
-    routing.combine(x, y.as_ref())
+    routing.combine(x, y.as_ref(), weights)
 }
 
-/// The routed rows in expert order: each expert's count, the token of each routed row and its
-/// routing weight (on the device, uploaded once).
+/// The routed rows in expert order: each expert's count, the token of each routed row, and
+/// where each token's slots landed (on the device, uploaded once).
 pub(super) struct Routing {
     counts: Vec<usize>,
     rows: Tensor,
-    row_weights: Tensor,
+    positions: Tensor,
 }
 
 impl Routing {
-    /// A counting sort of the routing by expert, on the host.
-    fn by_expert(ids: &Tensor, weights: &Tensor, experts: usize) -> Result<Routing> {
+    /// A counting sort of the routing `ids [N, k]` by expert, on the host (the routing weights
+    /// stay on the device: only the ids cross).
+    fn by_expert(ids: &Tensor, experts: usize) -> Result<Routing> {
         let device = ids.device().clone();
-        let ids = ids.to_vec2::<u32>()?;
-        let weights = weights.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let (tokens, slots) = ids.dims2()?;
+        let ids = ids.flatten_all()?.to_vec1::<u32>()?;
         let mut counts = vec![0usize; experts];
-        for &expert in ids.iter().flatten() {
+        for &expert in &ids {
             let Some(count) = counts.get_mut(expert as usize) else {
                 candle_core::bail!(
                     "moe_experts: expert id {expert} out of range ({experts} experts)"
@@ -104,34 +105,25 @@ impl Routing {
                 Some(start)
             })
             .collect();
-        let routed = counts.iter().sum::<usize>();
-        let (mut rows, mut row_weights) = (vec![0u32; routed], vec![0f32; routed]);
-        for (token, (experts_of_token, ws)) in ids.iter().zip(&weights).enumerate() {
-            for (&expert, &w) in experts_of_token.iter().zip(ws) {
-                let at = &mut starts[expert as usize];
-                (rows[*at], row_weights[*at]) = (token as u32, w);
-                *at += 1;
-            }
+        let (mut rows, mut positions) = (vec![0u32; ids.len()], vec![0u32; ids.len()]);
+        for (slot, &expert) in ids.iter().enumerate() {
+            let at = &mut starts[expert as usize];
+            (rows[*at], positions[slot]) = ((slot / slots) as u32, *at as u32);
+            *at += 1;
         }
         Ok(Routing {
             counts,
-            rows: Tensor::from_vec(rows, routed, &device)?,
-            row_weights: Tensor::from_vec(row_weights, routed, &device)?,
+            rows: Tensor::from_vec(rows, ids.len(), &device)?,
+            positions: Tensor::from_vec(positions, (tokens, slots), &device)?,
         })
     }
 
-    /// `Σ w · y` of each token's routed rows `y [routed, H]` (none: zeros), in f32.
-    fn combine(&self, x: &Tensor, y: Option<&Tensor>) -> Result<Tensor> {
-        let (tokens, hidden) = x.dims2()?;
-        let acc = moe_zero::moe_zero(tokens, hidden, x.device())?;
+    /// `Σ w · y` of each token's routed rows `y [routed, H]` (none: zeros), in f32, with the
+    /// routing's `weights [N, k]`.
+    fn combine(&self, x: &Tensor, y: Option<&Tensor>, weights: &Tensor) -> Result<Tensor> {
         match y {
-            Some(y) => moe_weighted_scatter_add::moe_weighted_scatter_add(
-                &acc,
-                &self.rows,
-                &self.row_weights,
-                y,
-            ),
-            None => Ok(acc),
+            Some(y) => moe_combine::moe_combine(y, &self.positions, weights),
+            None => Tensor::zeros(x.dims2()?, DType::F32, x.device()),
         }
     }
 }
@@ -145,12 +137,12 @@ pub(super) fn grouped(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    let routing = Routing::by_expert(ids, weights, gate_up.dim(0)?)?;
+    let routing = Routing::by_expert(ids, gate_up.dim(0)?)?;
     let inputs = moe_gather_rows::moe_gather_rows(x, &routing.rows)?.contiguous()?;
     let gate_up_rows = native::grouped_gemm_bt(&inputs, &routing.counts, &gate_up.contiguous()?)?;
     let h = gelu_and_mul::gelu_and_mul(&gate_up_rows)?.contiguous()?;
     let y = native::grouped_gemm_bt(&h, &routing.counts, &down.contiguous()?)?;
-    routing.combine(x, Some(&y))
+    routing.combine(x, Some(&y), weights)
 }
 
 /// Tokens up to which the native arm runs its decode kernels; longer (prefill) blocks reuse

@@ -1,4 +1,4 @@
-// The MoE ops: router top-k, row gather, weighted scatter-add into an f32 accumulator, zeroing.
+// The MoE ops: router top-k, row gather, and each token's weighted sum of its routed rows.
 #include "g4_compat.cuh"
 
 // One warp per token: softmax over all experts (f32) -> top-k -> renormalise -> x scale. Each
@@ -75,6 +75,36 @@ __device__ void moe_router_topk(const T* logits, const T* per_expert_scale, floa
     }
 }
 
+// One block per routed row: row r of the output is row rows[r] of x, copied 16 bytes a thread
+// where the rows are whole aligned vectors.
+template <typename T>
+__device__ void moe_gather_row(const T* x, const uint32_t* rows, T* out, size_t cols) {
+    const T* src = x + (size_t)rows[blockIdx.x] * cols;
+    T* dst = out + (size_t)blockIdx.x * cols;
+    constexpr int per_vector = 16 / sizeof(T);
+    if (cols % per_vector == 0 && ((uintptr_t)src | (uintptr_t)dst) % 16 == 0) {
+        const uint4* from = reinterpret_cast<const uint4*>(src);
+        uint4* to = reinterpret_cast<uint4*>(dst);
+        for (size_t j = threadIdx.x; j < cols / per_vector; j += blockDim.x) to[j] = from[j];
+    } else {
+        for (size_t j = threadIdx.x; j < cols; j += blockDim.x) dst[j] = src[j];
+    }
+}
+
+// One block per token: out[t] = Σ_s w[t, s] · y[positions[t, s]], the slots in order, f32.
+template <typename T>
+__device__ void moe_combine(const T* y, const uint32_t* positions, const float* weights, float* out, int slots,
+                            size_t cols) {
+    const size_t t = blockIdx.x;
+    for (size_t j = threadIdx.x; j < cols; j += blockDim.x) {
+        float sum = 0.0f;
+        for (int s = 0; s < slots; ++s) {
+            sum += weights[t * slots + s] * g4_to_f32(y[(size_t)positions[t * slots + s] * cols + j]);
+        }
+        out[t * cols + j] = sum;
+    }
+}
+
 #define G4_ROUTER(NAME, T)                                                                                 \
     extern "C" __global__ void g4_moe_router_topk_##NAME(const T* logits, const T* per_expert_scale,       \
                                                          float* weights, uint32_t* experts, int rows,      \
@@ -83,27 +113,14 @@ __device__ void moe_router_topk(const T* logits, const T* per_expert_scale, floa
         moe_router_topk<T>(logits, per_expert_scale, weights, experts, rows, num_experts, k);              \
     }                                                                                                      \
     extern "C" __global__ void g4_moe_gather_rows_##NAME(const T* x, const uint32_t* rows, T* out,          \
-                                                         size_t count, size_t cols) {                      \
+                                                         size_t cols) {                                    \
         G4_KERNEL_START();                                                                                  \
-        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count * cols;                    \
-             i += (size_t)gridDim.x * blockDim.x) {                                                       \
-            out[i] = x[(size_t)rows[i / cols] * cols + i % cols];                                          \
-        }                                                                                                  \
+        moe_gather_row<T>(x, rows, out, cols);                                                              \
     }                                                                                                      \
-    extern "C" __global__ void g4_moe_weighted_scatter_add_##NAME(float* out, const uint32_t* tokens,       \
-                                                                  const float* weights, const T* y,         \
-                                                                  size_t count, size_t cols) {              \
+    extern "C" __global__ void g4_moe_combine_##NAME(const T* y, const uint32_t* positions,                 \
+                                                     const float* weights, float* out, int slots,           \
+                                                     size_t cols) {                                         \
         G4_KERNEL_START();                                                                                  \
-        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count * cols;                    \
-             i += (size_t)gridDim.x * blockDim.x) {                                                       \
-            const size_t r = i / cols;                                                                     \
-            atomicAdd(&out[(size_t)tokens[r] * cols + i % cols], weights[r] * g4_to_f32(y[i]));           \
-        }                                                                                                  \
+        moe_combine<T>(y, positions, weights, out, slots, cols);                                            \
     }
 G4_FOR_FLOAT_TYPES(G4_ROUTER)
-
-extern "C" __global__ void g4_moe_zero_f32(float* out, size_t n) {
-    G4_KERNEL_START();
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) out[i] = 0.0f;
-}
-
