@@ -3,7 +3,7 @@
 GEMMA4_TEXT.md §6: E4B, or E2B / 26B-A4B / 31B with --preset) with transformers on the GPU, or
 benchmarks transformers on it.
 
-    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b|31b|e4b-12l]
+    python3 scripts/e4b_reference.py build DIR [--preset e4b|e2b|26b-a4b|31b|e4b-12l|26b-a4b-6l]
     python3 scripts/e4b_reference.py bench DIR --prompt 128 --new 128 --prefill 512 [--caches dynamic,static]
 
 `bench` prints one JSON line per setting: prefill of --prefill tokens (ms), and greedy decode of
@@ -75,8 +75,21 @@ def e4b_12_layers_config():
     )
 
 
+def moe_26b_6_layers_config():
+    """26B-A4B's widths (hidden, 128 experts top-8 of width 704, shared MLP, heads, k_eq_v full layer)
+    in 6 layers and a 32,768-token vocabulary: 4.7 B parameters, small enough for an f64 reference."""
+    return Gemma4TextConfig(
+        vocab_size=32768, vocab_size_per_layer_input=32768, hidden_size=2816, intermediate_size=2112,
+        num_hidden_layers=6, layer_types=[S] * 5 + [F], num_attention_heads=16, num_key_value_heads=8,
+        head_dim=256, global_head_dim=512, num_global_key_value_heads=2, attention_k_eq_v=True,
+        sliding_window=1024, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=128,
+        top_k_experts=8, moe_intermediate_size=704, final_logit_softcapping=30.0, max_position_embeddings=262144,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, tie_word_embeddings=True,
+    )
+
+
 PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config, "31b": dense_31b_config,
-           "e4b-12l": e4b_12_layers_config}
+           "e4b-12l": e4b_12_layers_config, "26b-a4b-6l": moe_26b_6_layers_config}
 
 
 def build(out, preset):

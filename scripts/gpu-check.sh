@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|ab|ab-moe ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|ab|ab-moe ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -15,6 +15,7 @@
 #   fp8: E4B bf16 beside the same weights as an FP8 checkpoint (scripts/fp8_checkpoint.py);
 #   long-golden: E4B's widths in 12 layers, prompts past one prefill piece against transformers
 #   f64, the per-layer table on the host and on the device (fails beyond 10x transformers f32);
+#   long-golden-moe: the same test for 26B-A4B's widths in 6 layers (eager, graph, every op composed);
 #   tp (a machine with 2 GPUs): the tiny goldens over 2 ranks, then 31B and 26B-A4B bf16 on 1 GPU
 #   beside 2 (tensor parallelism over NCCL; libnccl.so.2 from the system or the nvidia-nccl wheel);
 #   ab (with G4_BASE=another g4 binary): E4B bf16 and its FP8 rewrite, G4_BASE and G4 alternated
@@ -120,6 +121,30 @@ for ple in ("host", "device"):
     print(f"--ple {ple}: g4 f32 max |Δ logprob| {ours:.2e}, transformers f32 {theirs:.2e}")
     if ours > 10 * theirs:
         sys.exit(f"long-golden: g4 f32 with --ple {ple} is {ours / theirs:.0f}x farther from f64 than transformers f32")
+PY
+fi
+if [[ " $STEPS " == *" long-golden-moe "* ]]; then
+  echo "== 26B-A4B widths in 6 layers: prompts of 64, 600 and 1,100 tokens against transformers f64; g4 f32 eager, graph, and every op composed"
+  MIDMOE=/tmp/g4-26b-a4b-6l
+  [ -f "$MIDMOE/config.json" ] || python3 scripts/e4b_reference.py build "$MIDMOE" --preset 26b-a4b-6l 2>&1 | grep -v -i warn
+  python3 scripts/parity.py "$MIDMOE" "$OUT/long-golden-moe" --reference float64 --compare f32 --lengths 64,600,1100 --new 16 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" > "$OUT/long-golden-moe.txt"
+  tail -6 "$OUT/long-golden-moe.txt"
+  $G4 verify-golden "$OUT/long-golden-moe/golden.json" --device cuda --dtype f32 --decode graph --min-agreement 0.01 --json > "$OUT/long-golden-moe-graph.json"
+  G4_COMPOSED=all $G4 verify-golden "$OUT/long-golden-moe/golden.json" --device cuda --dtype f32 --decode eager --min-agreement 0.01 --json > "$OUT/long-golden-moe-composed.json"
+  # As long-golden: g4 f32 within 10x of transformers f32's distance to f64, each way it can run.
+  python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(out + "/long-golden-moe.txt") if l.startswith("{")]
+theirs = max(r["max_logprob_delta"] for r in rows if r["implementation"] == "transformers")
+ours = {"eager": max(r["max_logprob_delta"] for r in rows if r["implementation"] == "g4")}
+for way in ("graph", "composed"):
+    ours[way] = max(c["max_logprob_delta"] or 0.0 for c in json.load(open(f"{out}/long-golden-moe-{way}.json"))["goldens"][0]["cases"])
+for way, delta in ours.items():
+    print(f"g4 f32 {way}: max |Δ logprob| {delta:.2e}, transformers f32 {theirs:.2e}")
+bad = [way for way, delta in ours.items() if delta > 10 * theirs]
+if bad:
+    sys.exit(f"long-golden-moe: g4 f32 ({', '.join(bad)}) is more than 10x farther from f64 than transformers f32")
 PY
 fi
 if [[ " $STEPS " == *" fp8 "* ]]; then
