@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the standalone kernel benchmarks (gemv_bench, moe_bench, pdl_bench, attention_bench:
 # each times g4's CUDA kernels from src/kernels/cuda beside alternatives, and the first two
-# beside a plain read of the same bytes) into target/kernel-bench/, for sm_90, with the pinned
+# beside a plain read of the same bytes; grouped_bench: a candidate grouped expert GEMM with
+# device-side row offsets, checked and timed beside a plain read of its weights) into target/kernel-bench/, for sm_90, with the pinned
 # CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
@@ -9,8 +10,8 @@ cd "$(dirname "$0")/../.."
 nvcc_env="$(scripts/nvcc-env.sh)"
 eval "$nvcc_env"
 mkdir -p target/kernel-bench
-for bench in gemv moe pdl attention; do
+for bench in gemv moe pdl attention grouped; do
   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" \
     "scripts/kernel-bench/${bench}_bench.cu"
 done
-echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention}_bench"
+echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped}_bench"
