@@ -2,8 +2,8 @@
 # Builds the standalone kernel benchmarks (gemv_bench, moe_bench, pdl_bench, attention_bench:
 # each times g4's CUDA kernels from src/kernels/cuda beside alternatives, and the first two
 # beside a plain read of the same bytes; grouped_bench: a candidate grouped expert GEMM with
-# device-side row offsets, checked and timed beside a plain read of its weights) into target/kernel-bench/, for sm_90, with the pinned
-# CUDA 13.0 wheels; no GPU needed here.
+# device-side row offsets, checked and timed beside a plain read of its weights) into
+# target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
