@@ -59,6 +59,25 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   tail -1 "$OUT/goldens-bf16.txt"
 fi
 E4B=/tmp/g4-e4b
+# within_10x_of_transformers NAME WAY...: g4 f32 run each WAY (OUT/NAME-WAY.json, verify-golden
+# --json) must stay within 10x of transformers f32's distance to f64 (parity.py's rows in
+# OUT/NAME.txt); the long-golden steps' check.
+within_10x_of_transformers() {
+  python3 - "$OUT" "$@" <<'PY'
+import json, sys
+out, name, ways = sys.argv[1], sys.argv[2], sys.argv[3:]
+theirs = max(json.loads(l)["max_logprob_delta"] for l in open(f"{out}/{name}.txt") if l.startswith("{") and '"transformers"' in l)
+bad = []
+for way in ways:
+    cases = json.load(open(f"{out}/{name}-{way}.json"))["goldens"][0]["cases"]
+    ours = max(c["max_logprob_delta"] or 0.0 for c in cases)
+    print(f"{name} {way}: g4 f32 max |Δ logprob| {ours:.2e}, transformers f32 {theirs:.2e}")
+    if ours > 10 * theirs:
+        bad.append(f"{way} ({ours / theirs:.0f}x)")
+if bad:
+    sys.exit(f"{name}: g4 f32 farther from f64 than 10x transformers f32: {', '.join(bad)}")
+PY
+}
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* || " $STEPS " == *" profile "* || " $STEPS " == *" long "* || " $STEPS " == *" parity-e4b "* || " $STEPS " == *" fp8 "* ]]; then
   [ -f "$E4B/config.json" ] || python3 scripts/e4b_reference.py build "$E4B" 2>&1 | grep -v -i warn
 fi
@@ -109,19 +128,8 @@ if [[ " $STEPS " == *" long-golden "* ]]; then
   for ple in host device; do
     $G4 verify-golden "$OUT/long-golden/golden.json" --device cuda --dtype f32 --ple $ple --min-agreement 0.01 --json > "$OUT/long-golden-$ple.json"
   done
-  # g4 f32 must stay within 10x of transformers f32's distance to f64 (parity.py's rows), with
-  # the table in either place: a wrong row or position shows as O(1) log-prob errors.
-  python3 - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-theirs = max(json.loads(l)["max_logprob_delta"] for l in open(out + "/long-golden.txt") if l.startswith("{") and '"transformers"' in l)
-for ple in ("host", "device"):
-    cases = json.load(open(f"{out}/long-golden-{ple}.json"))["goldens"][0]["cases"]
-    ours = max(c["max_logprob_delta"] or 0.0 for c in cases)
-    print(f"--ple {ple}: g4 f32 max |Δ logprob| {ours:.2e}, transformers f32 {theirs:.2e}")
-    if ours > 10 * theirs:
-        sys.exit(f"long-golden: g4 f32 with --ple {ple} is {ours / theirs:.0f}x farther from f64 than transformers f32")
-PY
+  # A wrong row or position of the table shows as O(1) log-prob errors.
+  within_10x_of_transformers long-golden host device
 fi
 if [[ " $STEPS " == *" long-golden-moe "* ]]; then
   echo "== 26B-A4B widths in 6 layers: prompts of 64, 600 and 1,100 tokens against transformers f64; g4 f32 eager, graph, and every op composed"
@@ -129,23 +137,11 @@ if [[ " $STEPS " == *" long-golden-moe "* ]]; then
   [ -f "$MIDMOE/config.json" ] || python3 scripts/e4b_reference.py build "$MIDMOE" --preset 26b-a4b-6l 2>&1 | grep -v -i warn
   python3 scripts/parity.py "$MIDMOE" "$OUT/long-golden-moe" --reference float64 --compare f32 --lengths 64,600,1100 --new 16 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" > "$OUT/long-golden-moe.txt"
   tail -6 "$OUT/long-golden-moe.txt"
-  $G4 verify-golden "$OUT/long-golden-moe/golden.json" --device cuda --dtype f32 --decode graph --min-agreement 0.01 --json > "$OUT/long-golden-moe-graph.json"
+  for decode in eager graph; do
+    $G4 verify-golden "$OUT/long-golden-moe/golden.json" --device cuda --dtype f32 --decode $decode --min-agreement 0.01 --json > "$OUT/long-golden-moe-$decode.json"
+  done
   G4_COMPOSED=all $G4 verify-golden "$OUT/long-golden-moe/golden.json" --device cuda --dtype f32 --decode eager --min-agreement 0.01 --json > "$OUT/long-golden-moe-composed.json"
-  # As long-golden: g4 f32 within 10x of transformers f32's distance to f64, each way it can run.
-  python3 - "$OUT" <<'PY'
-import json, sys
-out = sys.argv[1]
-rows = [json.loads(l) for l in open(out + "/long-golden-moe.txt") if l.startswith("{")]
-theirs = max(r["max_logprob_delta"] for r in rows if r["implementation"] == "transformers")
-ours = {"eager": max(r["max_logprob_delta"] for r in rows if r["implementation"] == "g4")}
-for way in ("graph", "composed"):
-    ours[way] = max(c["max_logprob_delta"] or 0.0 for c in json.load(open(f"{out}/long-golden-moe-{way}.json"))["goldens"][0]["cases"])
-for way, delta in ours.items():
-    print(f"g4 f32 {way}: max |Δ logprob| {delta:.2e}, transformers f32 {theirs:.2e}")
-bad = [way for way, delta in ours.items() if delta > 10 * theirs]
-if bad:
-    sys.exit(f"long-golden-moe: g4 f32 ({', '.join(bad)}) is more than 10x farther from f64 than transformers f32")
-PY
+  within_10x_of_transformers long-golden-moe eager graph composed
 fi
 if [[ " $STEPS " == *" fp8 "* ]]; then
   echo "== g4 bench E4B: bf16 beside the same weights as compressed-tensors FP8 (e4m3 kept on the GPU)"
