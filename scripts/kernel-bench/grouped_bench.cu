@@ -1,100 +1,17 @@
-// A grouped expert GEMM that reads the per-expert row offsets on the device (what a MoE prefill
-// needs to skip the host round trip: moe_experts.rs hands cuBLAS's grouped GEMM counts from the
-// host), at 26B-A4B's sizes: 512 tokens × top-8 of 128 experts, gate_up [1408, 2816] and down
-// [2816, 704] per expert, bf16. Each block takes one expert and 128 output columns, streams that
-// slice of the expert's weights once through a cp.async pipeline and multiplies it with all of the
-// expert's rows on the tensor cores (WMMA). Checked against a plain kernel; timed beside a plain
-// read of the weights (cuBLAS's grouped GEMM did both projections in 447 µs per layer, ≈ 3.4 TB/s,
-// in the 26B-A4B prefill profile of docs/PERFORMANCE.md).
-#include <mma.h>
+// A candidate grouped expert GEMM (grouped_kernels.cuh: it reads the per-expert row offsets on the
+// device, so a MoE prefill would need no host round trip) at 26B-A4B's sizes: 512 tokens × top-8
+// of 128 experts, gate_up [1408, 2816] and down [2816, 704] per expert, bf16; one tile shape beside
+// others of the same template, each checked against a plain kernel and timed
+// beside a plain read of the weights (cuBLAS's grouped GEMM did both projections in 447 µs per
+// layer, ≈ 3.4 TB/s, in the 26B-A4B prefill profile of docs/PERFORMANCE.md). Then the candidate
+// routing sort (`g4_moe_route`) on the same routing, checked against a stable sort on the host and timed.
 #include "bench_common.cuh"
+#include "grouped_kernels.cuh"
 
-using namespace nvcuda;
-
-__device__ __forceinline__ void cp_async16(void* shared, const void* global, bool valid) {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
-    const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int PENDING> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
-}
-
-constexpr int BN = 128, BK = 32, STAGES = 3, THREADS = 256, PAD = 8;
-
-// c rows [offsets[e], offsets[e+1]) = a rows × b[e]ᵀ; a [R, K], b [E, N, K], c [R, N]; K % 32 == 0.
-template <int BM>
-__global__ void __launch_bounds__(THREADS) grouped_gemm_bt(const bf* a, const bf* b, bf* c, const int* offsets,
-                                                           int n, int k) {
-    constexpr int MF = BM / 16;  // row fragments per warp; warp w owns columns [16w, 16w + 16)
-    constexpr int A_STAGE = BM * (BK + PAD), B_STAGE = BN * (BK + PAD);
-    constexpr int PIPE_BYTES = STAGES * (A_STAGE + B_STAGE) * 2, OUT_BYTES = BM * (BN + 4) * 4;
-    __shared__ __align__(128) unsigned char shared[PIPE_BYTES > OUT_BYTES ? PIPE_BYTES : OUT_BYTES];
-    bf* as = reinterpret_cast<bf*>(shared);
-    bf* bs = as + STAGES * A_STAGE;
-    float* out = reinterpret_cast<float*>(shared);
-    const int e = blockIdx.y, n0 = blockIdx.x * BN;
-    const int first = offsets[e], rows = offsets[e + 1] - first;
-    const int tid = threadIdx.x, warp = tid / 32;
-    const bf* weights = b + (size_t)e * n * k;
-    const int k_tiles = k / BK;
-    for (int m0 = 0; m0 < rows; m0 += BM) {
-        auto load = [&](int stage, int k0) {
-            for (int v = tid; v < BM * BK / 8; v += THREADS) {
-                const int r = v / (BK / 8), col = v % (BK / 8) * 8;
-                const bool valid = m0 + r < rows;
-                const bf* src = a + (size_t)(first + (valid ? m0 + r : 0)) * k + k0 + col;
-                cp_async16(as + stage * A_STAGE + r * (BK + PAD) + col, src, valid);
-            }
-            for (int v = tid; v < BN * BK / 8; v += THREADS) {
-                const int r = v / (BK / 8), col = v % (BK / 8) * 8;
-                const bool valid = n0 + r < n;
-                const bf* src = weights + (size_t)(valid ? n0 + r : 0) * k + k0 + col;
-                cp_async16(bs + stage * B_STAGE + r * (BK + PAD) + col, src, valid);
-            }
-        };
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF];
-#pragma unroll
-        for (int i = 0; i < MF; ++i) wmma::fill_fragment(acc[i], 0.0f);
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < k_tiles) load(s, s * BK);
-            cp_async_commit();
-        }
-        for (int kt = 0; kt < k_tiles; ++kt) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads();
-            const int next = kt + STAGES - 1;
-            if (next < k_tiles) load(next % STAGES, next * BK);
-            cp_async_commit();
-            const bf* a_stage = as + (kt % STAGES) * A_STAGE;
-            const bf* b_stage = bs + (kt % STAGES) * B_STAGE + warp * 16 * (BK + PAD);
-#pragma unroll
-            for (int kk = 0; kk < BK; kk += 16) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::col_major> b_frag;
-                wmma::load_matrix_sync(b_frag, b_stage + kk, BK + PAD);
-#pragma unroll
-                for (int i = 0; i < MF; ++i) {
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, wmma::row_major> a_frag;
-                    wmma::load_matrix_sync(a_frag, a_stage + i * 16 * (BK + PAD) + kk, BK + PAD);
-                    wmma::mma_sync(acc[i], a_frag, b_frag, acc[i]);
-                }
-            }
-        }
-        cp_async_wait<0>();
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < MF; ++i)
-            wmma::store_matrix_sync(out + i * 16 * (BN + 4) + warp * 16, acc[i], BN + 4, wmma::mem_row_major);
-        __syncthreads();
-        for (int v = tid; v < BM * BN; v += THREADS) {
-            const int r = v / BN, col = v % BN;
-            if (m0 + r < rows && n0 + col < n)
-                c[(size_t)(first + m0 + r) * n + n0 + col] = __float2bfloat16(out[r * (BN + 4) + col]);
-        }
-        __syncthreads();
-    }
+template <int BM, int BN, int WN, int BK, int STAGES>
+__global__ void __launch_bounds__(32 * BN / WN)
+    grouped_wmma_variant(const bf* a, const bf* b, bf* c, const uint32_t* offsets, int n, int k, int column_blocks) {
+    grouped_gemm_wmma<bf, BM, BN, WN, BK, STAGES>(a, b, c, offsets, n, k, column_blocks);
 }
 
 // One thread per output, f32 sums: the check.
@@ -114,6 +31,7 @@ int main() {
     const int experts = 128, tokens = 512, top = 8, routed = tokens * top;
     // Each token's 8 distinct experts, uniformly (a fixed LCG): about 32 rows per expert.
     std::vector<int> counts(experts, 0);
+    std::vector<uint32_t> ids;
     uint64_t state = 12345;
     for (int t = 0; t < tokens; ++t) {
         std::vector<int> all(experts);
@@ -123,6 +41,7 @@ int main() {
             const int j = s + (int)((state >> 33) % (experts - s));
             std::swap(all[s], all[j]);
             ++counts[all[s]];
+            ids.push_back(all[s]);
         }
     }
     std::vector<int> offsets(experts + 1, 0), row_expert(routed);
@@ -132,7 +51,7 @@ int main() {
     }
     printf("rows per expert: min %d, max %d\n", *std::min_element(counts.begin(), counts.end()),
            *std::max_element(counts.begin(), counts.end()));
-    int* offsets_dev = bench.alloc<int>(experts + 1);
+    uint32_t* offsets_dev = bench.alloc<uint32_t>(experts + 1);
     int* row_expert_dev = bench.alloc<int>(routed);
     CHECK(cudaMemcpy(offsets_dev, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(row_expert_dev, row_expert.data(), routed * 4, cudaMemcpyHostToDevice));
@@ -140,7 +59,7 @@ int main() {
         const char* name;
         int n, k;
     };
-    printf("%-8s %-22s %10s %10s %12s\n", "proj", "kernel", "µs", "TB/s", "max rel diff");
+    printf("%-8s %-30s %10s %10s %12s\n", "proj", "kernel", "µs", "TB/s", "max rel diff");
     for (const Shape shape : {Shape{"gate_up", 1408, 2816}, Shape{"down", 2816, 704}}) {
         const size_t weight_count = (size_t)experts * shape.n * shape.k;
         const double bytes = weight_count * 2.0;
@@ -154,24 +73,65 @@ int main() {
         bench.sync();
         const std::vector<uint16_t> want = bench.download(expected, outputs);
         const double floor_us = bench.graph_us(4, [&](int) { bench.read(b, weight_count * 2); });
-        printf("%-8s %-22s %10.1f %10.2f %12s\n", shape.name, "read the weights", floor_us, bytes / floor_us / 1e6, "-");
-        auto run = [&](const char* name, auto kernel) {
-            const dim3 grid((shape.n + BN - 1) / BN, experts);
+        printf("%-8s %-30s %10.1f %10.2f %12s\n", shape.name, "read the weights", floor_us, bytes / floor_us / 1e6, "-");
+        auto run = [&](const char* name, auto kernel, int bm, int bn, int wn, int bk, int stages) {
+            if (shape.k % bk != 0) return;
+            const int threads = 32 * bn / wn;
+            const int shared = std::max(stages * (bm + bn) * (bk + G4_GROUPED_PAD) * 2, bm * (bn + 4) * 4);
+            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+            const int column_blocks = (shape.n + bn - 1) / bn;
+            const int blocks = column_blocks * experts;
             CHECK(cudaMemset(got, 0xff, outputs * 2));
-            kernel<<<grid, THREADS, 0, bench.stream>>>(a, b, got, offsets_dev, shape.n, shape.k);
+            kernel<<<blocks, threads, shared, bench.stream>>>(a, b, got, offsets_dev, shape.n, shape.k, column_blocks);
             bench.sync();
             const double diff = max_relative_difference(want, bench.download(got, outputs));
             const double us = bench.graph_us(4, [&](int) {
-                kernel<<<grid, THREADS, 0, bench.stream>>>(a, b, got, offsets_dev, shape.n, shape.k);
+                kernel<<<blocks, threads, shared, bench.stream>>>(a, b, got, offsets_dev, shape.n, shape.k,
+                                                                  column_blocks);
             });
-            printf("%-8s %-22s %10.1f %10.2f %12.2e\n", shape.name, name, us, bytes / us / 1e6, diff);
+            printf("%-8s %-30s %10.1f %10.2f %12.2e\n", shape.name, name, us, bytes / us / 1e6, diff);
         };
-        run("wmma, 64 rows a pass", grouped_gemm_bt<64>);
-        run("wmma, 32 rows a pass", grouped_gemm_bt<32>);
+        run("64x128, warp 16, k64, 3", g4_moe_grouped_gemm_wmma_bf16, 64, 128, 16, 64, 3);
+#define VARIANT(BM, BN, WN, BK, S)                                                                           \
+    run(#BM "x" #BN ", warp " #WN ", k" #BK ", " #S, grouped_wmma_variant<BM, BN, WN, BK, S>, BM, BN, WN, BK, S)
+        VARIANT(64, 128, 32, 64, 3);
+        VARIANT(64, 128, 16, 64, 4);
+        VARIANT(64, 128, 32, 64, 4);
+        VARIANT(48, 128, 16, 64, 4);
+        VARIANT(64, 64, 16, 64, 4);
+        VARIANT(64, 64, 32, 64, 4);
+        VARIANT(64, 256, 32, 64, 3);
+        VARIANT(32, 128, 16, 64, 4);
         CHECK(cudaFree(a));
         CHECK(cudaFree(b));
         CHECK(cudaFree(expected));
         CHECK(cudaFree(got));
     }
-    return 0;
+    // The routing sort: offsets, rows and positions against a stable counting sort on the host.
+    std::vector<uint32_t> next(offsets.begin(), offsets.end() - 1), want_rows(routed), want_positions(routed);
+    for (int i = 0; i < routed; ++i) {
+        want_positions[i] = next[ids[i]]++;
+        want_rows[want_positions[i]] = i / top;
+    }
+    uint32_t* ids_dev = bench.alloc<uint32_t>(routed);
+    uint32_t* rows_dev = bench.alloc<uint32_t>(routed);
+    uint32_t* positions_dev = bench.alloc<uint32_t>(routed);
+    CHECK(cudaMemcpy(ids_dev, ids.data(), routed * 4, cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(offsets_dev, 0xff, (experts + 1) * 4));
+    g4_moe_route<<<1, 1024, 0, bench.stream>>>(ids_dev, offsets_dev, rows_dev, positions_dev, routed, top, experts);
+    bench.sync();
+    std::vector<uint32_t> got_offsets(experts + 1), got_rows(routed), got_positions(routed);
+    CHECK(cudaMemcpy(got_offsets.data(), offsets_dev, (experts + 1) * 4, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got_rows.data(), rows_dev, routed * 4, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got_positions.data(), positions_dev, routed * 4, cudaMemcpyDeviceToHost));
+    const bool same = std::equal(offsets.begin(), offsets.end(), got_offsets.begin(),
+                                 [](int a, uint32_t b) { return (uint32_t)a == b; }) &&
+                      got_rows == want_rows && got_positions == want_positions;
+    const double route_us = bench.graph_us(4, [&](int) {
+        g4_moe_route<<<1, 1024, 0, bench.stream>>>(ids_dev, offsets_dev, rows_dev, positions_dev, routed, top,
+                                                   experts);
+    });
+    printf("g4_moe_route, %d slots of %d experts: %.1f µs, %s the host's stable sort\n", routed, experts, route_us,
+           same ? "same as" : "DIFFERS FROM");
+    return same ? 0 : 1;
 }

@@ -1,0 +1,228 @@
+// Candidates for a MoE prefill without the host round trip (not in g4: grouped_bench.cu measured
+// the GEMM slower than cuBLAS's grouped GEMM, see docs/PERFORMANCE.md): the routing sorted by
+// expert on the device, and each expert's rows times its weights in one launch per projection,
+// both reading the per-expert row offsets on the device.
+#pragma once
+#include "../../src/kernels/cuda/g4_compat.cuh"
+#if !defined(__HIPCC__)
+#include <mma.h>
+#endif
+
+// The lanes of this warp whose value equals this lane's.
+__device__ __forceinline__ unsigned long long g4_same_value_lanes(uint32_t value) {
+#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    return __match_any_sync(0xffffffffu, value);
+#else
+    unsigned long long lanes = 0;
+    for (int lane = 0; lane < warpSize; ++lane) {
+        if (G4_SHFL(value, lane) == value) lanes |= 1ull << lane;
+    }
+    return lanes;
+#endif
+}
+
+// Experts times warps the sort's per-warp table holds (32 KiB of shared memory).
+#define G4_ROUTE_TABLE 8192
+
+// One block sorts `ids [routed]` (`slots` per token) by expert, keeping slot order within each
+// expert: offsets[e] is expert e's first row, rows[r] the token of row r, positions[i] the row of
+// slot i. Each of the first `warps` warps owns a contiguous segment of the slots: it counts its
+// segment per expert, a scan over (expert, warp) gives each warp its first row per expert, and the
+// warp then writes its segment 32 slots at a time, ranking equal ids among its lanes. Ids out of
+// range get no row (position 0); the rows no slot filled read token 0.
+extern "C" __global__ void __launch_bounds__(1024)
+    g4_moe_route(const uint32_t* ids, uint32_t* offsets, uint32_t* rows, uint32_t* positions, int routed,
+                 int slots, int experts) {
+    G4_KERNEL_START();
+    __shared__ uint32_t table[G4_ROUTE_TABLE];  // [warp][expert]: counts, then first rows
+    __shared__ uint32_t totals[1024];
+    const int tid = threadIdx.x, lane = tid % warpSize, warp = tid / warpSize;
+    const int warps = min((int)(blockDim.x / warpSize), G4_ROUTE_TABLE / experts);
+    const int segment = (routed + warps - 1) / warps;
+    for (int i = tid; i < warps * experts; i += blockDim.x) table[i] = 0;
+    __syncthreads();
+    if (warp < warps) {
+        const int end = min(routed, (warp + 1) * segment);
+        for (int i = warp * segment + lane; i < end; i += warpSize) {
+            const uint32_t e = ids[i];
+            if (e < (uint32_t)experts) atomicAdd(&table[warp * experts + e], 1u);
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < experts; e += blockDim.x) {
+        uint32_t running = 0;
+        for (int w = 0; w < warps; ++w) {
+            const uint32_t count = table[w * experts + e];
+            table[w * experts + e] = running;
+            running += count;
+        }
+        totals[e] = running;
+    }
+    __syncthreads();
+    // An inclusive scan of the totals over experts (at most 1024: one thread each).
+    for (int step = 1; step < experts; step <<= 1) {
+        const uint32_t before = tid < experts && tid >= step ? totals[tid - step] : 0;
+        __syncthreads();
+        if (tid < experts) totals[tid] += before;
+        __syncthreads();
+    }
+    if (tid < experts) offsets[tid + 1] = totals[tid];
+    if (tid == 0) offsets[0] = 0;
+    for (int i = tid; i < warps * experts; i += blockDim.x) {
+        const int e = i % experts;
+        table[i] += e > 0 ? totals[e - 1] : 0;
+    }
+    const uint32_t filled = totals[experts - 1];
+    for (int r = filled + tid; r < routed; r += blockDim.x) rows[r] = 0;
+    __syncthreads();
+    if (warp < warps) {
+        const unsigned long long below = (1ull << lane) - 1;
+        const int start = warp * segment, end = min(routed, start + segment);
+        for (int first = start; first < end; first += warpSize) {
+            const int i = first + lane;
+            // Lanes past the end take an id no slot has, so they rank among themselves only.
+            const uint32_t e = i < end ? ids[i] : 0xffffffffu;
+            const unsigned long long same = g4_same_value_lanes(e);
+            if (i < end) {
+                if (e < (uint32_t)experts) {
+                    const uint32_t row = table[warp * experts + e] + __popcll(same & below);
+                    rows[row] = i / slots;
+                    positions[i] = row;
+                } else {
+                    positions[i] = 0;
+                }
+            }
+            __syncwarp();
+            // The lowest lane of each id moves that id's next row past this group's.
+            if (i < end && e < (uint32_t)experts && (same & below) == 0)
+                table[warp * experts + e] += __popcll(same);
+            __syncwarp();
+        }
+    }
+}
+
+// c rows [offsets[e], offsets[e + 1]) = a rows × b[e]ᵀ: a [R, K], b [E, N, K], c [R, N]. One block
+// per (expert, BN output columns), blockIdx.x = expert · column_blocks + column block; it streams
+// that slice of the expert's weights once for every BM of the expert's rows.
+
+#if !defined(__HIPCC__)
+// On the tensor cores (bf16, f16; CUDA): WMMA 16×16×16 tiles, a cp.async pipeline of STAGES stages of
+// BK along K (K % BK == 0), rows padded in shared memory against bank conflicts; each warp owns
+// WN columns of the block's BN and all its BM rows, and skips the 16-row fragments past the
+// expert's rows (a prefill piece gives each expert a few dozen: kernel-bench/grouped_bench.cu
+// measured that skipping them, and so the multiplies, is what moves this kernel at 26B-A4B's sizes).
+#define G4_GROUPED_PAD 8
+
+__device__ __forceinline__ void g4_cp_async16(void* shared, const void* global, bool valid) {
+    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+                 "r"(valid ? 16 : 0));  // 0 bytes read: the 16 are zero-filled
+}
+
+template <int BM, int BN, int WN, int BK, int STAGES>
+struct GroupedWmma {
+    static constexpr int threads = 32 * BN / WN;
+    static constexpr int pipe_bytes = STAGES * (BM + BN) * (BK + G4_GROUPED_PAD) * 2;
+    static constexpr int epilogue_bytes = BM * (BN + 4) * 4;
+    static constexpr int shared_bytes = pipe_bytes > epilogue_bytes ? pipe_bytes : epilogue_bytes;
+};
+
+template <typename T, int BM, int BN, int WN, int BK, int STAGES>
+__device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* offsets, int n, int k,
+                                  int column_blocks) {
+    using namespace nvcuda;
+    constexpr int LD = BK + G4_GROUPED_PAD, MF = BM / 16, NF = WN / 16;
+    constexpr int THREADS = GroupedWmma<BM, BN, WN, BK, STAGES>::threads;
+    constexpr int A_STAGE = BM * LD, B_STAGE = BN * LD;
+    extern __shared__ __align__(128) unsigned char shared[];
+    T* as = reinterpret_cast<T*>(shared);
+    T* bs = as + STAGES * A_STAGE;
+    float* out = reinterpret_cast<float*>(shared);
+    const int e = blockIdx.x / column_blocks, n0 = blockIdx.x % column_blocks * BN;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int tid = threadIdx.x, warp = tid / 32;
+    const T* weights = b + (size_t)e * n * k;
+    const int k_tiles = k / BK;
+    for (int m0 = 0; m0 < rows; m0 += BM) {
+        const int fragments = min(MF, (rows - m0 + 15) / 16);  // the same in every warp
+        auto load = [&](int stage, int k0) {
+            for (int v = tid; v < fragments * 16 * BK / 8; v += THREADS) {
+                const int r = v / (BK / 8), col = v % (BK / 8) * 8;
+                const bool valid = m0 + r < rows;
+                const T* src = a + (size_t)(first + (valid ? m0 + r : 0)) * k + k0 + col;
+                g4_cp_async16(as + stage * A_STAGE + r * LD + col, src, valid);
+            }
+            for (int v = tid; v < BN * BK / 8; v += THREADS) {
+                const int r = v / (BK / 8), col = v % (BK / 8) * 8;
+                const bool valid = n0 + r < n;
+                const T* src = weights + (size_t)(valid ? n0 + r : 0) * k + k0 + col;
+                g4_cp_async16(bs + stage * B_STAGE + r * LD + col, src, valid);
+            }
+        };
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF][NF];
+#pragma unroll
+        for (int i = 0; i < MF; ++i) {
+#pragma unroll
+            for (int j = 0; j < NF; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+        }
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < k_tiles) load(s, s * BK);
+            asm volatile("cp.async.commit_group;\n" ::);
+        }
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));
+            __syncthreads();
+            const int next = kt + STAGES - 1;
+            if (next < k_tiles) load(next % STAGES, next * BK);
+            asm volatile("cp.async.commit_group;\n" ::);
+            const T* a_stage = as + (kt % STAGES) * A_STAGE;
+            const T* b_stage = bs + (kt % STAGES) * B_STAGE + warp * WN * LD;
+#pragma unroll
+            for (int kk = 0; kk < BK; kk += 16) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b_frag[NF];
+#pragma unroll
+                for (int j = 0; j < NF; ++j) wmma::load_matrix_sync(b_frag[j], b_stage + j * 16 * LD + kk, LD);
+#pragma unroll
+                for (int i = 0; i < MF; ++i) {
+                    if (i < fragments) {
+                        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a_frag;
+                        wmma::load_matrix_sync(a_frag, a_stage + i * 16 * LD + kk, LD);
+#pragma unroll
+                        for (int j = 0; j < NF; ++j) wmma::mma_sync(acc[i][j], a_frag, b_frag[j], acc[i][j]);
+                    }
+                }
+            }
+        }
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < MF; ++i) {
+#pragma unroll
+            for (int j = 0; j < NF; ++j) {
+                if (i < fragments)
+                    wmma::store_matrix_sync(out + i * 16 * (BN + 4) + warp * WN + j * 16, acc[i][j], BN + 4,
+                                            wmma::mem_row_major);
+            }
+        }
+        __syncthreads();
+        for (int v = tid; v < fragments * 16 * BN; v += THREADS) {
+            const int r = v / BN, col = v % BN;
+            if (m0 + r < rows && n0 + col < n)
+                c[(size_t)(first + m0 + r) * n + n0 + col] = g4_from_f32<T>(out[r * (BN + 4) + col]);
+        }
+        __syncthreads();
+    }
+}
+
+// The first shape grouped_bench.cu times.
+#define G4_GROUPED_SHAPE 64, 128, 16, 64, 3
+#define G4_GROUPED_WMMA(NAME, T)                                                                              \
+    extern "C" __global__ void __launch_bounds__(GroupedWmma<G4_GROUPED_SHAPE>::threads)                      \
+        g4_moe_grouped_gemm_wmma_##NAME(const T* a, const T* b, T* c, const uint32_t* offsets, int n, int k, \
+                                        int column_blocks) {                                                  \
+        G4_KERNEL_START();                                                                                    \
+        grouped_gemm_wmma<T, G4_GROUPED_SHAPE>(a, b, c, offsets, n, k, column_blocks);                        \
+    }
+G4_GROUPED_WMMA(bf16, g4_bf16)
+#endif
