@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|ab|ab-moe ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|first-token|ab|ab-moe ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -25,6 +25,7 @@
 #   bf16 alternated twice, then its FP8 rewrite once each (a call of its own: the disk holds one
 #   full-size checkpoint);
 #   kernel-bench: the standalone kernel benchmarks of scripts/kernel-bench (built by its build.sh);
+#   first-token: the embedded model's first token with an empty CUDA compile cache (fails beyond 3 s);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
 # Every step runs; the exit status is non-zero when any command of any step failed.
 set -uo pipefail
@@ -44,6 +45,18 @@ if [[ " $STEPS " == *" probe "* ]]; then
   echo "== probe-ops --device cuda --perf"
   $G4 probe-ops --device cuda --perf | tee "$OUT/probe.txt"
   $G4 probe-ops --device cuda --json > "$OUT/probe.json"; echo "probe-ops exit $?"
+fi
+if [[ " $STEPS " == *" first-token "* ]]; then
+  echo "== first token on a fresh machine: the embedded model with an empty CUDA compile cache, then warm"
+  # An empty CUDA_CACHE_PATH is what a fresh machine's driver has: any PTX is JIT-compiled again.
+  # The step fails when the cold first token takes more than 3 s (issue #10's target).
+  cache=$(mktemp -d)
+  for run in cold warm; do
+    CUDA_CACHE_PATH=$cache $G4 generate --device cuda -n 8 --json > "$OUT/first-token-$run.json"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); t=d['timings']; print(sys.argv[2], 'load', round(t['load_s'], 3), 's, first token', round(t['time_to_first_token_s'], 3), 's')" "$OUT/first-token-$run.json" "$run"
+  done
+  python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['timings']['time_to_first_token_s']; sys.exit(f'cold first token {t:.2f} s > 3 s') if t > 3 else None" "$OUT/first-token-cold.json"
+  rm -rf "$cache"
 fi
 if [[ " $STEPS " == *" goldens "* ]]; then
   echo "== verify-golden --device cuda (f32, token-exact; graph decode, auto on CUDA)"
