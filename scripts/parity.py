@@ -11,8 +11,8 @@ continuation, with its top-5 log-probabilities at every step, becomes a g4 golde
 g4-golden/1). Then, for each dtype in --compare:
   * transformers in that dtype (unless it is the reference's; for a MoE reference, whose
     experts loop in eager mode, transformers in the reference's dtype with its default grouped
-    experts too) is teacher-forced on the reference's tokens — top-1 agreement over every step, the largest |Δ log-prob| over the
-    reference's top-5 up to and including its first disagreement — and runs its own greedy
+    experts too) is teacher-forced on the reference's tokens — top-1 agreement over every
+    step, the largest |Δ log-prob| over the reference's top-5 up to and including its first disagreement — and runs its own greedy
     continuation, whose first divergence from the reference's is counted;
   * g4 is scored the same way by `g4 verify-golden --dtype D --json` (top-1 agreement, max
     |Δ log-prob|, and the greedy tokens it matched before diverging).

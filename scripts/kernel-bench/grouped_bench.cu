@@ -1,18 +1,12 @@
 // A candidate grouped expert GEMM (grouped_kernels.cuh: it reads the per-expert row offsets on the
 // device, so a MoE prefill would need no host round trip) at 26B-A4B's sizes: 512 tokens × top-8
-// of 128 experts, gate_up [1408, 2816] and down [2816, 704] per expert, bf16; one tile shape beside
-// others of the same template, each checked against a plain kernel and timed
+// of 128 experts, gate_up [1408, 2816] and down [2816, 704] per expert, bf16; tile shapes of one
+// template, each checked against a plain kernel and timed
 // beside a plain read of the weights (cuBLAS's grouped GEMM did both projections in 447 µs per
 // layer, ≈ 3.4 TB/s, in the 26B-A4B prefill profile of docs/PERFORMANCE.md). Then the candidate
 // routing sort (`g4_moe_route`) on the same routing, checked against a stable sort on the host and timed.
 #include "bench_common.cuh"
 #include "grouped_kernels.cuh"
-
-template <int BM, int BN, int WN, int BK, int STAGES>
-__global__ void __launch_bounds__(32 * BN / WN)
-    grouped_wmma_variant(const bf* a, const bf* b, bf* c, const uint32_t* offsets, int n, int k, int column_blocks) {
-    grouped_gemm_wmma<bf, BM, BN, WN, BK, STAGES>(a, b, c, offsets, n, k, column_blocks);
-}
 
 // One thread per output, f32 sums: the check.
 __global__ void plain_grouped(const bf* a, const bf* b, bf* c, const int* row_expert, int rows, int n, int k) {
@@ -74,34 +68,34 @@ int main() {
         const std::vector<uint16_t> want = bench.download(expected, outputs);
         const double floor_us = bench.graph_us(4, [&](int) { bench.read(b, weight_count * 2); });
         printf("%-8s %-30s %10.1f %10.2f %12s\n", shape.name, "read the weights", floor_us, bytes / floor_us / 1e6, "-");
-        auto run = [&](const char* name, auto kernel, int bm, int bn, int wn, int bk, int stages) {
-            if (shape.k % bk != 0) return;
-            const int threads = 32 * bn / wn;
-            const int shared = std::max(stages * (bm + bn) * (bk + G4_GROUPED_PAD) * 2, bm * (bn + 4) * 4);
-            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-            const int column_blocks = (shape.n + bn - 1) / bn;
+        auto run = [&](auto shape_of_tiles) {
+            using S = decltype(shape_of_tiles);
+            if (shape.k % S::bk != 0) return;
+            char name[64];
+            snprintf(name, sizeof name, "%dx%d, warp %d, k%d, %d", S::bm, S::bn, S::wn, S::bk, S::stages);
+            CHECK(cudaFuncSetAttribute(S::kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::shared_bytes));
+            const int column_blocks = (shape.n + S::bn - 1) / S::bn;
             const int blocks = column_blocks * experts;
+            auto launch = [&] {
+                S::kernel<<<blocks, S::threads, S::shared_bytes, bench.stream>>>(a, b, got, offsets_dev, shape.n,
+                                                                                   shape.k, column_blocks);
+            };
             CHECK(cudaMemset(got, 0xff, outputs * 2));
-            kernel<<<blocks, threads, shared, bench.stream>>>(a, b, got, offsets_dev, shape.n, shape.k, column_blocks);
+            launch();
             bench.sync();
             const double diff = max_relative_difference(want, bench.download(got, outputs));
-            const double us = bench.graph_us(4, [&](int) {
-                kernel<<<blocks, threads, shared, bench.stream>>>(a, b, got, offsets_dev, shape.n, shape.k,
-                                                                  column_blocks);
-            });
+            const double us = bench.graph_us(4, [&](int) { launch(); });
             printf("%-8s %-30s %10.1f %10.2f %12.2e\n", shape.name, name, us, bytes / us / 1e6, diff);
         };
-        run("64x128, warp 16, k64, 3", g4_moe_grouped_gemm_wmma_bf16, 64, 128, 16, 64, 3);
-#define VARIANT(BM, BN, WN, BK, S)                                                                           \
-    run(#BM "x" #BN ", warp " #WN ", k" #BK ", " #S, grouped_wmma_variant<BM, BN, WN, BK, S>, BM, BN, WN, BK, S)
-        VARIANT(64, 128, 32, 64, 3);
-        VARIANT(64, 128, 16, 64, 4);
-        VARIANT(64, 128, 32, 64, 4);
-        VARIANT(48, 128, 16, 64, 4);
-        VARIANT(64, 64, 16, 64, 4);
-        VARIANT(64, 64, 32, 64, 4);
-        VARIANT(64, 256, 32, 64, 3);
-        VARIANT(32, 128, 16, 64, 4);
+        run(GroupedShape<64, 128, 16, 64, 3>{});
+        run(GroupedShape<64, 128, 32, 64, 3>{});
+        run(GroupedShape<64, 128, 16, 64, 4>{});
+        run(GroupedShape<64, 128, 32, 64, 4>{});
+        run(GroupedShape<48, 128, 16, 64, 4>{});
+        run(GroupedShape<64, 64, 16, 64, 4>{});
+        run(GroupedShape<64, 64, 32, 64, 4>{});
+        run(GroupedShape<64, 256, 32, 64, 3>{});
+        run(GroupedShape<32, 128, 16, 64, 4>{});
         CHECK(cudaFree(a));
         CHECK(cudaFree(b));
         CHECK(cudaFree(expected));

@@ -2,24 +2,10 @@
 // the GEMM slower than cuBLAS's grouped GEMM, see docs/PERFORMANCE.md): the routing sorted by
 // expert on the device, and each expert's rows times its weights in one launch per projection,
 // both reading the per-expert row offsets on the device.
+// CUDA only (sm_80 and newer), as the benchmarks are.
 #pragma once
-#include "../../src/kernels/cuda/g4_compat.cuh"
-#if !defined(__HIPCC__)
 #include <mma.h>
-#endif
-
-// The lanes of this warp whose value equals this lane's.
-__device__ __forceinline__ unsigned long long g4_same_value_lanes(uint32_t value) {
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    return __match_any_sync(0xffffffffu, value);
-#else
-    unsigned long long lanes = 0;
-    for (int lane = 0; lane < warpSize; ++lane) {
-        if (G4_SHFL(value, lane) == value) lanes |= 1ull << lane;
-    }
-    return lanes;
-#endif
-}
+#include "../../src/kernels/cuda/g4_compat.cuh"
 
 // Experts times warps the sort's per-warp table holds (32 KiB of shared memory).
 #define G4_ROUTE_TABLE 8192
@@ -76,16 +62,16 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (int r = filled + tid; r < routed; r += blockDim.x) rows[r] = 0;
     __syncthreads();
     if (warp < warps) {
-        const unsigned long long below = (1ull << lane) - 1;
+        const unsigned below = (1u << lane) - 1;
         const int start = warp * segment, end = min(routed, start + segment);
         for (int first = start; first < end; first += warpSize) {
             const int i = first + lane;
             // Lanes past the end take an id no slot has, so they rank among themselves only.
             const uint32_t e = i < end ? ids[i] : 0xffffffffu;
-            const unsigned long long same = g4_same_value_lanes(e);
+            const unsigned same = __match_any_sync(0xffffffffu, e);  // the lanes holding this id
             if (i < end) {
                 if (e < (uint32_t)experts) {
-                    const uint32_t row = table[warp * experts + e] + __popcll(same & below);
+                    const uint32_t row = table[warp * experts + e] + __popc(same & below);
                     rows[row] = i / slots;
                     positions[i] = row;
                 } else {
@@ -95,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(1024)
             __syncwarp();
             // The lowest lane of each id moves that id's next row past this group's.
             if (i < end && e < (uint32_t)experts && (same & below) == 0)
-                table[warp * experts + e] += __popcll(same);
+                table[warp * experts + e] += __popc(same);
             __syncwarp();
         }
     }
@@ -105,8 +91,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 // per (expert, BN output columns), blockIdx.x = expert · column_blocks + column block; it streams
 // that slice of the expert's weights once for every BM of the expert's rows.
 
-#if !defined(__HIPCC__)
-// On the tensor cores (bf16, f16; CUDA): WMMA 16×16×16 tiles, a cp.async pipeline of STAGES stages of
+// On the tensor cores (bf16, f16): WMMA 16×16×16 tiles, a cp.async pipeline of STAGES stages of
 // BK along K (K % BK == 0), rows padded in shared memory against bank conflicts; each warp owns
 // WN columns of the block's BN and all its BM rows, and skips the 16-row fragments past the
 // expert's rows (a prefill piece gives each expert a few dozen: kernel-bench/grouped_bench.cu
@@ -119,20 +104,12 @@ __device__ __forceinline__ void g4_cp_async16(void* shared, const void* global, 
                  "r"(valid ? 16 : 0));  // 0 bytes read: the 16 are zero-filled
 }
 
-template <int BM, int BN, int WN, int BK, int STAGES>
-struct GroupedWmma {
-    static constexpr int threads = 32 * BN / WN;
-    static constexpr int pipe_bytes = STAGES * (BM + BN) * (BK + G4_GROUPED_PAD) * 2;
-    static constexpr int epilogue_bytes = BM * (BN + 4) * 4;
-    static constexpr int shared_bytes = pipe_bytes > epilogue_bytes ? pipe_bytes : epilogue_bytes;
-};
-
 template <typename T, int BM, int BN, int WN, int BK, int STAGES>
 __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* offsets, int n, int k,
                                   int column_blocks) {
     using namespace nvcuda;
     constexpr int LD = BK + G4_GROUPED_PAD, MF = BM / 16, NF = WN / 16;
-    constexpr int THREADS = GroupedWmma<BM, BN, WN, BK, STAGES>::threads;
+    constexpr int THREADS = 32 * BN / WN;
     constexpr int A_STAGE = BM * LD, B_STAGE = BN * LD;
     extern __shared__ __align__(128) unsigned char shared[];
     T* as = reinterpret_cast<T*>(shared);
@@ -215,14 +192,21 @@ __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* 
     }
 }
 
-// The first shape grouped_bench.cu times.
-#define G4_GROUPED_SHAPE 64, 128, 16, 64, 3
-#define G4_GROUPED_WMMA(NAME, T)                                                                              \
-    extern "C" __global__ void __launch_bounds__(GroupedWmma<G4_GROUPED_SHAPE>::threads)                      \
-        g4_moe_grouped_gemm_wmma_##NAME(const T* a, const T* b, T* c, const uint32_t* offsets, int n, int k, \
-                                        int column_blocks) {                                                  \
-        G4_KERNEL_START();                                                                                    \
-        grouped_gemm_wmma<T, G4_GROUPED_SHAPE>(a, b, c, offsets, n, k, column_blocks);                        \
-    }
-G4_GROUPED_WMMA(bf16, g4_bf16)
-#endif
+// One tile shape as a kernel, with the launch geometry it needs.
+template <int BM, int BN, int WN, int BK, int STAGES>
+__global__ void __launch_bounds__(32 * BN / WN)
+    grouped_gemm_bt(const g4_bf16* a, const g4_bf16* b, g4_bf16* c, const uint32_t* offsets, int n, int k,
+                    int column_blocks) {
+    G4_KERNEL_START();
+    grouped_gemm_wmma<g4_bf16, BM, BN, WN, BK, STAGES>(a, b, c, offsets, n, k, column_blocks);
+}
+
+template <int BM_, int BN_, int WN_, int BK_, int STAGES_>
+struct GroupedShape {
+    static constexpr int bm = BM_, bn = BN_, wn = WN_, bk = BK_, stages = STAGES_;
+    static constexpr int threads = 32 * BN_ / WN_;
+    static constexpr int pipe_bytes = STAGES_ * (BM_ + BN_) * (BK_ + G4_GROUPED_PAD) * 2;
+    static constexpr int epilogue_bytes = BM_ * (BN_ + 4) * 4;
+    static constexpr int shared_bytes = pipe_bytes > epilogue_bytes ? pipe_bytes : epilogue_bytes;
+    static constexpr auto kernel = grouped_gemm_bt<BM_, BN_, WN_, BK_, STAGES_>;
+};
