@@ -11,7 +11,7 @@ nvcc_env="$(scripts/nvcc-env.sh)"
 eval "$nvcc_env"
 mkdir -p target/kernel-bench
 for bench in gemv moe pdl attention grouped; do
-  nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" \
+  nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" -ldl \
     "scripts/kernel-bench/${bench}_bench.cu"
 done
 echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped}_bench"

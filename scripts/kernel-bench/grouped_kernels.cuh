@@ -1,91 +1,10 @@
-// Candidates for a MoE prefill without the host round trip (not in g4: grouped_bench.cu measured
-// the GEMM slower than cuBLAS's grouped GEMM, see docs/PERFORMANCE.md): the routing sorted by
-// expert on the device, and each expert's rows times its weights in one launch per projection,
-// both reading the per-expert row offsets on the device.
+// Stop 32's candidate grouped expert GEMM (WMMA), kept as grouped_bench.cu's yardstick: it reads
+// the per-expert row offsets on the device, as g4's mma.sync kernel (moe_grouped.cu) does, and
+// measured slower than cuBLAS's grouped GEMM (docs/PERFORMANCE.md).
 // CUDA only (sm_80 and newer), as the benchmarks are.
 #pragma once
 #include <mma.h>
 #include "../../src/kernels/cuda/g4_compat.cuh"
-
-// Experts times warps the sort's per-warp table holds (32 KiB of shared memory).
-#define G4_ROUTE_TABLE 8192
-
-// One block sorts `ids [routed]` (`slots` per token) by expert, keeping slot order within each
-// expert: offsets[e] is expert e's first row, rows[r] the token of row r, positions[i] the row of
-// slot i. Each of the first `warps` warps owns a contiguous segment of the slots: it counts its
-// segment per expert, a scan over (expert, warp) gives each warp its first row per expert, and the
-// warp then writes its segment 32 slots at a time, ranking equal ids among its lanes. Ids out of
-// range get no row (position 0); the rows no slot filled read token 0.
-extern "C" __global__ void __launch_bounds__(1024)
-    g4_moe_route(const uint32_t* ids, uint32_t* offsets, uint32_t* rows, uint32_t* positions, int routed,
-                 int slots, int experts) {
-    G4_KERNEL_START();
-    __shared__ uint32_t table[G4_ROUTE_TABLE];  // [warp][expert]: counts, then first rows
-    __shared__ uint32_t totals[1024];
-    const int tid = threadIdx.x, lane = tid % warpSize, warp = tid / warpSize;
-    const int warps = min((int)(blockDim.x / warpSize), G4_ROUTE_TABLE / experts);
-    const int segment = (routed + warps - 1) / warps;
-    for (int i = tid; i < warps * experts; i += blockDim.x) table[i] = 0;
-    __syncthreads();
-    if (warp < warps) {
-        const int end = min(routed, (warp + 1) * segment);
-        for (int i = warp * segment + lane; i < end; i += warpSize) {
-            const uint32_t e = ids[i];
-            if (e < (uint32_t)experts) atomicAdd(&table[warp * experts + e], 1u);
-        }
-    }
-    __syncthreads();
-    for (int e = tid; e < experts; e += blockDim.x) {
-        uint32_t running = 0;
-        for (int w = 0; w < warps; ++w) {
-            const uint32_t count = table[w * experts + e];
-            table[w * experts + e] = running;
-            running += count;
-        }
-        totals[e] = running;
-    }
-    __syncthreads();
-    // An inclusive scan of the totals over experts (at most 1024: one thread each).
-    for (int step = 1; step < experts; step <<= 1) {
-        const uint32_t before = tid < experts && tid >= step ? totals[tid - step] : 0;
-        __syncthreads();
-        if (tid < experts) totals[tid] += before;
-        __syncthreads();
-    }
-    if (tid < experts) offsets[tid + 1] = totals[tid];
-    if (tid == 0) offsets[0] = 0;
-    for (int i = tid; i < warps * experts; i += blockDim.x) {
-        const int e = i % experts;
-        table[i] += e > 0 ? totals[e - 1] : 0;
-    }
-    const uint32_t filled = totals[experts - 1];
-    for (int r = filled + tid; r < routed; r += blockDim.x) rows[r] = 0;
-    __syncthreads();
-    if (warp < warps) {
-        const unsigned below = (1u << lane) - 1;
-        const int start = warp * segment, end = min(routed, start + segment);
-        for (int first = start; first < end; first += warpSize) {
-            const int i = first + lane;
-            // Lanes past the end take an id no slot has, so they rank among themselves only.
-            const uint32_t e = i < end ? ids[i] : 0xffffffffu;
-            const unsigned same = __match_any_sync(0xffffffffu, e);  // the lanes holding this id
-            if (i < end) {
-                if (e < (uint32_t)experts) {
-                    const uint32_t row = table[warp * experts + e] + __popc(same & below);
-                    rows[row] = i / slots;
-                    positions[i] = row;
-                } else {
-                    positions[i] = 0;
-                }
-            }
-            __syncwarp();
-            // The lowest lane of each id moves that id's next row past this group's.
-            if (i < end && e < (uint32_t)experts && (same & below) == 0)
-                table[warp * experts + e] += __popc(same);
-            __syncwarp();
-        }
-    }
-}
 
 // c rows [offsets[e], offsets[e + 1]) = a rows × b[e]ᵀ: a [R, K], b [E, N, K], c [R, N]. One block
 // per (expert, BN output columns), blockIdx.x = expert · column_blocks + column block; it streams

@@ -128,9 +128,129 @@ impl Routing {
     }
 }
 
-/// Prefill on the native arm: the same routing, each projection of every expert in one
-/// grouped GEMM of the vendor BLAS.
-pub(super) fn grouped(
+/// Prefill on the native arm. bf16 and f16 on CUDA: everything on the device (`device_grouped`).
+/// Otherwise the routing goes to the host for its counting sort and each projection of every
+/// expert is one grouped GEMM of the vendor BLAS (`host_grouped`).
+pub(super) fn prefill(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    use super::native::vector_aligned;
+    let (x, gate_up, down) = (x.contiguous()?, gate_up.contiguous()?, down.contiguous()?);
+    let on_device = matches!(x.device(), Device::Cuda(_))
+        && matches!(x.dtype(), DType::BF16 | DType::F16)
+        && gate_up.dtype() == x.dtype()
+        && down.dtype() == x.dtype()
+        && x.dim(1)?.is_multiple_of(GROUPED_VECTOR)
+        && down.dim(2)?.is_multiple_of(GROUPED_VECTOR)
+        && gate_up.dim(0)? <= ROUTE_MAX_EXPERTS
+        && [&x, &gate_up, &down].into_iter().all(vector_aligned);
+    if on_device {
+        device_grouped(&x, ids, weights, &gate_up, &down)
+    } else {
+        host_grouped(&x, ids, weights, &gate_up, &down)
+    }
+}
+
+/// Elements of a 16-byte vector in bf16 and f16: the grouped GEMM copies rows by such vectors.
+const GROUPED_VECTOR: usize = 8;
+/// The routing sort's block (`g4_moe_route`): one thread per expert in its scan.
+const ROUTE_THREADS: u32 = 1024;
+const ROUTE_MAX_EXPERTS: usize = ROUTE_THREADS as usize;
+/// The grouped GEMM's block (moe_grouped.cu): 8 warps, 128 weight rows, 4 stages of 64 routed
+/// and 128 weight rows of 64 elements (96 KiB of shared memory).
+const GROUPED_THREADS: u32 = 256;
+const GROUPED_WEIGHT_ROWS: usize = 128;
+const GROUPED_SHARED_BYTES: u32 = 4 * (64 + 128) * 64 * 2;
+
+/// Three launches and the combine, no host round trip: `g4_moe_route` sorts the routing by
+/// expert on the device; gate_up reads each expert's rows straight from `x` through the sorted
+/// tokens and applies GeGLU in its epilogue; down multiplies those rows in expert order; the
+/// combine sums each token's rows with its weights.
+fn device_grouped(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, launch_with_shared, Arg, Grid};
+    let (device, dtype) = (x.device(), x.dtype());
+    let (tokens, hidden) = x.dims2()?;
+    let slots = ids.dim(1)?;
+    let (experts, width) = (gate_up.dim(0)?, down.dim(2)?);
+    let routed = tokens * slots;
+    let ids = ids.to_dtype(DType::U32)?.contiguous()?;
+    let offsets = empty(experts + 1, DType::U32, device)?;
+    let rows = empty(routed, DType::U32, device)?;
+    let positions = empty((tokens, slots), DType::U32, device)?;
+    let route = Grid {
+        blocks: 1,
+        threads: ROUTE_THREADS,
+    };
+    let args = [
+        Arg::Tensor(&ids),
+        Arg::Tensor(&offsets),
+        Arg::Tensor(&rows),
+        Arg::Tensor(&positions),
+        Arg::I32(routed as i32),
+        Arg::I32(slots as i32),
+        Arg::I32(experts as i32),
+    ];
+    launch("g4_moe_route", device, route, &args)?;
+    let grid = |column_blocks: usize| Grid {
+        blocks: (experts * column_blocks) as u32,
+        threads: GROUPED_THREADS,
+    };
+    // gate_up's blocks each take the gate and up rows of half as many columns.
+    let gate_up_blocks = width.div_ceil(GROUPED_WEIGHT_ROWS / 2);
+    let h = empty((routed, width), dtype, device)?;
+    let args = [
+        Arg::Tensor(x),
+        Arg::Tensor(&rows),
+        Arg::Tensor(gate_up),
+        Arg::Tensor(&h),
+        Arg::Tensor(&offsets),
+        Arg::I32(width as i32),
+        Arg::I32(hidden as i32),
+        Arg::I32(gate_up_blocks as i32),
+    ];
+    let name = kernel_name("moe_grouped_gate_up", dtype)?;
+    launch_with_shared(
+        &name,
+        device,
+        grid(gate_up_blocks),
+        GROUPED_SHARED_BYTES,
+        &args,
+    )?;
+    let down_blocks = hidden.div_ceil(GROUPED_WEIGHT_ROWS);
+    let y = empty((routed, hidden), dtype, device)?;
+    let args = [
+        Arg::Tensor(&h),
+        Arg::Tensor(down),
+        Arg::Tensor(&y),
+        Arg::Tensor(&offsets),
+        Arg::I32(hidden as i32),
+        Arg::I32(width as i32),
+        Arg::I32(down_blocks as i32),
+    ];
+    let name = kernel_name("moe_grouped_down", dtype)?;
+    launch_with_shared(
+        &name,
+        device,
+        grid(down_blocks),
+        GROUPED_SHARED_BYTES,
+        &args,
+    )?;
+    moe_combine::moe_combine(&y, &positions, weights)
+}
+
+/// The host-sorted prefill: each projection of every expert in one grouped GEMM of the vendor
+/// BLAS, on the routing's counting sort.
+fn host_grouped(
     x: &Tensor,
     ids: &Tensor,
     weights: &Tensor,
@@ -146,7 +266,7 @@ pub(super) fn grouped(
 }
 
 /// Tokens up to which the native arm runs its decode kernels; longer (prefill) blocks reuse
-/// each expert's weights across its tokens, which the grouped path does.
+/// each expert's weights across its tokens, which the grouped paths do.
 pub(super) const NATIVE_MAX_TOKENS: usize = 8;
 /// Experts per token the down kernel holds sums for (`G4_MOE_MAX_SLOTS`).
 pub(super) const NATIVE_MAX_SLOTS: usize = 8;
@@ -171,7 +291,7 @@ fn native_fwd(
         return composed(x, ids, weights, gate_up, down);
     }
     if tokens > NATIVE_MAX_TOKENS {
-        return grouped(x, ids, weights, gate_up, down);
+        return prefill(x, ids, weights, gate_up, down);
     }
     let fits = slots <= NATIVE_MAX_SLOTS
         && hidden.is_multiple_of(per_vector)
@@ -346,7 +466,13 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "S1 top-8 of 10 H2816 W704",
     },
     ShapePath {
-        shapes: "more than 8 tokens (prefill)",
+        shapes: "more than 8 tokens (prefill), bf16 or f16 on CUDA, H and W whole 16-byte vectors",
+        path: "native: routing sorted on the device, one grouped GEMM launch per projection \
+               reading the per-expert offsets there (rows gathered and GeGLU fused in gate_up)",
+        case: "S9 top-2 of 2 H2816 W704",
+    },
+    ShapePath {
+        shapes: "more than 8 tokens (prefill), otherwise",
         path:
             "native: tokens grouped by expert on the host, one vendor grouped GEMM per projection",
         case: "S12 top-2 of 6 H64 W32",
@@ -360,14 +486,18 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    // (tokens, experts per token, experts, hidden, expert width); the last has 26B-A4B's expert
-    // sizes (top-8, H 2816, W 704; 10 experts instead of 128 keep the check small).
+    // (tokens, experts per token, experts, hidden, expert width). Prefill blocks (more than 8
+    // tokens): one under the grouped GEMM's tile widths, one with more rows per expert than one
+    // pass of its tile (100 each), one at 26B-A4B's expert sizes (H 2816, W 704). The last is
+    // a decode step at those sizes, top-8 (10 experts instead of 128 keep the check small).
     for (tokens, slots, experts, hidden, width) in [
         (1, 2, 4, 64, 32),
         (3, 2, 5, 36, 20),
         (8, 4, 6, 128, 64),
         (12, 2, 6, 64, 32),
+        (100, 2, 2, 136, 72),
         (1, 8, 10, 2816, 704),
+        (9, 2, 2, 2816, 704),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;

@@ -109,7 +109,7 @@ fn native_fwd(
             gate_up.dequantised(x.dtype(), true)?,
             down.dequantised(x.dtype(), true)?,
         );
-        return moe_experts::grouped(&x, ids, weights, &gate_up, &down);
+        return moe_experts::prefill(&x, ids, weights, &gate_up, &down);
     }
     moe_experts::launch_decode(
         "moe_experts_fp8",

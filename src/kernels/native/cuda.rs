@@ -87,10 +87,23 @@ fn function(dev: &candle_core::CudaDevice, name: &str) -> Result<CudaFunction> {
     Ok(func)
 }
 
-pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+pub fn launch(
+    name: &str,
+    device: &Device,
+    grid: Grid,
+    shared_bytes: u32,
+    args: &[Arg],
+) -> Result<()> {
     let dev = cuda_device(device)?;
     let func = function(dev, name)?;
     let stream = dev.cuda_stream();
+    if shared_bytes > DEFAULT_SHARED_BYTES {
+        func.set_attribute(
+            sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared_bytes as i32,
+        )
+        .w()?;
+    }
     enum Value {
         Pointer(u64),
         I32(i32),
@@ -138,7 +151,7 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
         blockDimX: grid.threads,
         blockDimY: 1,
         blockDimZ: 1,
-        sharedMemBytes: 0,
+        sharedMemBytes: shared_bytes,
         hStream: stream.cu_stream(),
         attrs: &mut overlap,
         numAttrs: u32::from(overlaps_launches(dev)?),
@@ -159,6 +172,9 @@ pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<(
     .w()?;
     Ok(())
 }
+
+/// Dynamic shared memory a kernel may take without raising its limit.
+const DEFAULT_SHARED_BYTES: u32 = 48 * 1024;
 
 /// Whether g4's kernels launch with programmatic stream serialization on this device: on
 /// compute capability 9.0 and newer (where `griddepcontrol` exists), unless `G4_PDL=0`

@@ -407,11 +407,23 @@ pub fn kernel_name(kernel: &str, dtype: DType) -> Result<String> {
 
 /// Launches kernel `name` (see [`kernel_name`]) on `device`'s stream.
 pub fn launch(name: &str, device: &Device, grid: Grid, args: &[Arg]) -> Result<()> {
+    launch_with_shared(name, device, grid, 0, args)
+}
+
+/// [`launch`] with `shared_bytes` of dynamic shared memory per block (past the 48 KiB a kernel
+/// gets by default, the launch raises the kernel's limit first).
+pub fn launch_with_shared(
+    name: &str,
+    device: &Device,
+    grid: Grid,
+    shared_bytes: u32,
+    args: &[Arg],
+) -> Result<()> {
     match device {
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) => cuda::launch(name, device, grid, args),
+        Device::Cuda(_) => cuda::launch(name, device, grid, shared_bytes, args),
         _ => {
-            let _ = (grid, args);
+            let _ = (grid, shared_bytes, args);
             candle_core::bail!("{name}: no native backend of this build drives {device:?}")
         }
     }
