@@ -138,50 +138,66 @@ pub(super) fn prefill(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    use super::native::vector_aligned;
     let (x, gate_up, down) = (x.contiguous()?, gate_up.contiguous()?, down.contiguous()?);
-    let on_device = matches!(x.device(), Device::Cuda(_))
-        && matches!(x.dtype(), DType::BF16 | DType::F16)
-        && gate_up.dtype() == x.dtype()
-        && down.dtype() == x.dtype()
-        && x.dim(1)?.is_multiple_of(GROUPED_VECTOR)
-        && down.dim(2)?.is_multiple_of(GROUPED_VECTOR)
-        && gate_up.dim(0)? <= ROUTE_MAX_EXPERTS
-        && [&x, &gate_up, &down].into_iter().all(vector_aligned);
-    if on_device {
-        device_grouped(&x, ids, weights, &gate_up, &down)
+    let rows = |weight| ExpertRows {
+        weight,
+        scale: None,
+    };
+    if runs_on_device(&x, rows(&gate_up), rows(&down))? {
+        device_grouped(&x, ids, weights, rows(&gate_up), rows(&down))
     } else {
         host_grouped(&x, ids, weights, &gate_up, &down)
     }
 }
 
-/// Elements of a 16-byte vector in bf16 and f16: the grouped GEMM copies rows by such vectors.
-const GROUPED_VECTOR: usize = 8;
+/// Whether `device_grouped` takes this prefill: CUDA, x in bf16 or f16 and the experts in x's
+/// dtype or e4m3 (with scales), whole 16-byte vectors along both widths, contiguous and aligned.
+pub(super) fn runs_on_device(x: &Tensor, gate_up: ExpertRows, down: ExpertRows) -> Result<bool> {
+    use super::native::vector_aligned;
+    let per_vector = |rows: &ExpertRows| 16 / rows.weight.dtype().size_in_bytes();
+    let dtype_fits = |rows: &ExpertRows| match rows.scale {
+        Some(_) => rows.weight.dtype() == DType::F8E4M3,
+        None => rows.weight.dtype() == x.dtype(),
+    };
+    Ok(matches!(x.device(), Device::Cuda(_))
+        && matches!(x.dtype(), DType::BF16 | DType::F16)
+        && dtype_fits(&gate_up)
+        && dtype_fits(&down)
+        && x.dim(1)?.is_multiple_of(per_vector(&gate_up).max(8))
+        && down.weight.dim(2)?.is_multiple_of(per_vector(&down).max(8))
+        && gate_up.weight.dim(0)? <= ROUTE_MAX_EXPERTS
+        && [x, gate_up.weight, down.weight]
+            .into_iter()
+            .all(|t| t.is_contiguous() && vector_aligned(t)))
+}
+
 /// The routing sort's block (`g4_moe_route`): one thread per expert in its scan.
 const ROUTE_THREADS: u32 = 1024;
 const ROUTE_MAX_EXPERTS: usize = ROUTE_THREADS as usize;
 /// The grouped GEMM's block (moe_grouped.cu): 8 warps, 128 weight rows, 4 stages of 64 routed
-/// and 128 weight rows of 64 elements (96 KiB of shared memory).
+/// and 128 weight rows of 64 elements in shared memory (96 KiB; e4m3 rows take half, plus one
+/// decoded tile: 80 KiB).
 const GROUPED_THREADS: u32 = 256;
 const GROUPED_WEIGHT_ROWS: usize = 128;
 const GROUPED_SHARED_BYTES: u32 = 4 * (64 + 128) * 64 * 2;
+const GROUPED_FP8_SHARED_BYTES: u32 = 4 * (64 * 64 * 2 + 128 * 64) + 128 * 64 * 2;
 
 /// Three launches and the combine, no host round trip: `g4_moe_route` sorts the routing by
 /// expert on the device; gate_up reads each expert's rows straight from `x` through the sorted
 /// tokens and applies GeGLU in its epilogue; down multiplies those rows in expert order; the
-/// combine sums each token's rows with its weights.
-fn device_grouped(
+/// combine sums each token's rows with its weights. e4m3 experts are decoded in the GEMMs.
+pub(super) fn device_grouped(
     x: &Tensor,
     ids: &Tensor,
     weights: &Tensor,
-    gate_up: &Tensor,
-    down: &Tensor,
+    gate_up: ExpertRows,
+    down: ExpertRows,
 ) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, launch_with_shared, Arg, Grid};
     let (device, dtype) = (x.device(), x.dtype());
     let (tokens, hidden) = x.dims2()?;
     let slots = ids.dim(1)?;
-    let (experts, width) = (gate_up.dim(0)?, down.dim(2)?);
+    let (experts, width) = (gate_up.weight.dim(0)?, down.weight.dim(2)?);
     let routed = tokens * slots;
     let ids = ids.to_dtype(DType::U32)?.contiguous()?;
     let offsets = empty(experts + 1, DType::U32, device)?;
@@ -201,6 +217,17 @@ fn device_grouped(
         Arg::I32(experts as i32),
     ];
     launch("g4_moe_route", device, route, &args)?;
+    let fp8 = gate_up.scale.is_some();
+    let (kernel, shared_bytes) = match fp8 {
+        true => ("moe_grouped_fp8", GROUPED_FP8_SHARED_BYTES),
+        false => ("moe_grouped", GROUPED_SHARED_BYTES),
+    };
+    let scales = |rows: &ExpertRows| {
+        rows.scale
+            .map(|s| s.to_dtype(DType::F32)?.contiguous())
+            .transpose()
+    };
+    let (gate_up_scale, down_scale) = (scales(&gate_up)?, scales(&down)?);
     let grid = |column_blocks: usize| Grid {
         blocks: (experts * column_blocks) as u32,
         threads: GROUPED_THREADS,
@@ -208,43 +235,34 @@ fn device_grouped(
     // gate_up's blocks each take the gate and up rows of half as many columns.
     let gate_up_blocks = width.div_ceil(GROUPED_WEIGHT_ROWS / 2);
     let h = empty((routed, width), dtype, device)?;
-    let args = [
+    let mut args = vec![
         Arg::Tensor(x),
         Arg::Tensor(&rows),
-        Arg::Tensor(gate_up),
+        Arg::Tensor(gate_up.weight),
+    ];
+    args.extend(gate_up_scale.as_ref().map(Arg::Tensor));
+    args.extend([
         Arg::Tensor(&h),
         Arg::Tensor(&offsets),
         Arg::I32(width as i32),
         Arg::I32(hidden as i32),
         Arg::I32(gate_up_blocks as i32),
-    ];
-    let name = kernel_name("moe_grouped_gate_up", dtype)?;
-    launch_with_shared(
-        &name,
-        device,
-        grid(gate_up_blocks),
-        GROUPED_SHARED_BYTES,
-        &args,
-    )?;
+    ]);
+    let name = kernel_name(&format!("{kernel}_gate_up"), dtype)?;
+    launch_with_shared(&name, device, grid(gate_up_blocks), shared_bytes, &args)?;
     let down_blocks = hidden.div_ceil(GROUPED_WEIGHT_ROWS);
     let y = empty((routed, hidden), dtype, device)?;
-    let args = [
-        Arg::Tensor(&h),
-        Arg::Tensor(down),
+    let mut args = vec![Arg::Tensor(&h), Arg::Tensor(down.weight)];
+    args.extend(down_scale.as_ref().map(Arg::Tensor));
+    args.extend([
         Arg::Tensor(&y),
         Arg::Tensor(&offsets),
         Arg::I32(hidden as i32),
         Arg::I32(width as i32),
         Arg::I32(down_blocks as i32),
-    ];
-    let name = kernel_name("moe_grouped_down", dtype)?;
-    launch_with_shared(
-        &name,
-        device,
-        grid(down_blocks),
-        GROUPED_SHARED_BYTES,
-        &args,
-    )?;
+    ]);
+    let name = kernel_name(&format!("{kernel}_down"), dtype)?;
+    launch_with_shared(&name, device, grid(down_blocks), shared_bytes, &args)?;
     moe_combine::moe_combine(&y, &positions, weights)
 }
 
@@ -310,8 +328,9 @@ fn native_fwd(
     launch_decode("moe_experts", &x, ids, weights, rows(&gate_up), rows(&down))
 }
 
-/// Every expert's projection as the decode kernels read it: its weight rows, and their scales
+/// Every expert's projection as the native kernels read it: its weight rows, and their scales
 /// when the rows are e4m3 (`moe_experts_fp8`).
+#[derive(Clone, Copy)]
 pub(super) struct ExpertRows<'a> {
     pub weight: &'a Tensor,
     pub scale: Option<&'a Tensor>,

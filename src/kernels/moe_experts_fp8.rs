@@ -2,7 +2,8 @@
 //! scale per row (`gate_up [E, 2W, H]` with `[E, 2W]` scales, `down [E, H, W]` with `[E, H]`), the
 //! layout compressed-tensors' exploded experts join into. The native arm decodes e4m3 in
 //! registers while it reads only the chosen experts' rows (decode: half of bf16's bytes); a
-//! prefill dequantises the layer's experts into a scratch copy for the grouped GEMMs.
+//! prefill in bf16 or f16 decodes e4m3 tiles inside `moe_experts`' grouped GEMMs, other
+//! prefills dequantise the layer's experts into a scratch copy first.
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
@@ -78,8 +79,9 @@ pub fn composed(
 }
 
 /// CUDA arm: for decode, `moe_experts`' two launches over e4m3 rows
-/// (src/kernels/cuda/moe_experts.cu); for a prefill, the native dequantisation and
-/// `moe_experts`' grouped GEMMs.
+/// (src/kernels/cuda/moe_experts.cu); for a prefill, `moe_experts`' device-side grouped GEMMs
+/// over the e4m3 rows (moe_grouped.cu), or where those do not take it the native
+/// dequantisation and `moe_experts`' prefill.
 fn native_fwd(
     x: &Tensor,
     ids: &Tensor,
@@ -100,6 +102,19 @@ fn native_fwd(
         gate_up.weight.contiguous()?,
         down.weight.contiguous()?,
     );
+    let (gate_up_rows, down_rows) = (
+        ExpertRows {
+            weight: &gate_up_weight,
+            scale: Some(gate_up.scale),
+        },
+        ExpertRows {
+            weight: &down_weight,
+            scale: Some(down.scale),
+        },
+    );
+    if tokens > NATIVE_MAX_TOKENS && moe_experts::runs_on_device(&x, gate_up_rows, down_rows)? {
+        return moe_experts::device_grouped(&x, ids, weights, gate_up_rows, down_rows);
+    }
     if !fits
         || ![&x, &gate_up_weight, &down_weight]
             .into_iter()
@@ -111,20 +126,7 @@ fn native_fwd(
         );
         return moe_experts::prefill(&x, ids, weights, &gate_up, &down);
     }
-    moe_experts::launch_decode(
-        "moe_experts_fp8",
-        &x,
-        ids,
-        weights,
-        ExpertRows {
-            weight: &gate_up_weight,
-            scale: Some(gate_up.scale),
-        },
-        ExpertRows {
-            weight: &down_weight,
-            scale: Some(down.scale),
-        },
-    )
+    moe_experts::launch_decode("moe_experts_fp8", &x, ids, weights, gate_up_rows, down_rows)
 }
 
 /// The op's contract (`contract.rs`): checked against `moe_experts::reference` on the
@@ -165,7 +167,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "S1 top-8 of 10 H2816 W704",
     },
     ShapePath {
-        shapes: "more than 8 tokens (prefill), or H or W not a multiple of 16",
+        shapes: "more than 8 tokens (prefill), bf16 or f16 on CUDA, H and W multiples of 16",
+        path: "native: moe_experts' device-side routing and grouped GEMMs, e4m3 decoded in them",
+        case: "S9 top-2 of 2 H2816 W704",
+    },
+    ShapePath {
+        shapes: "more than 8 tokens (prefill) otherwise, or H or W not a multiple of 16",
         path: "native dequantisation of the layer's experts, then moe_experts' grouped GEMMs",
         case: "S12 top-2 of 6 H64 W32",
     },
@@ -173,18 +180,23 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    // (tokens, experts per token, experts, hidden, expert width); the last has 26B-A4B's expert
-    // sizes with 10 experts instead of 128.
+    // (tokens, experts per token, experts, hidden, expert width): as moe_experts' cases, the
+    // prefill ones past one pass of the grouped GEMM's tile and at 26B-A4B's expert sizes, the
+    // last a decode step at those sizes with 10 experts instead of 128.
     for (tokens, slots, experts, hidden, width) in [
         (1, 2, 4, 64, 32),
         (3, 2, 5, 48, 20),
         (8, 4, 6, 128, 64),
         (12, 2, 6, 64, 32),
+        (100, 2, 2, 144, 80),
+        (9, 2, 2, 2816, 704),
         (1, 8, 10, 2816, 704),
     ] {
         let mut c = Builder::new(device, dtype, rng);
-        // Small activations: e4m3 weights reach ±448 before their scales.
-        let x = c.uniform(&[tokens, hidden], -0.05, 0.05)?;
+        // Small activations: e4m3 weights reach ±448 before their scales. Smaller still at the
+        // real widths, where f16's sums would otherwise come near its largest finite value.
+        let reach = 0.05 * (128.0 / hidden as f64).sqrt().min(1.0);
+        let x = c.uniform(&[tokens, hidden], -reach, reach)?;
         let (ids, weights) = moe_experts::routing_inputs(&mut c, tokens, slots, experts)?;
         let (gate_up, gate_up_scale) =
             dequant_fp8_channel::fp8_weight(&mut c, experts * 2 * width, hidden)?;

@@ -3,6 +3,7 @@
 // offsets on the device — so no host round trip per layer. Tensor cores through mma.sync, which
 // hipcc does not have: CUDA only (the HIP build takes the host-sorted path).
 #include "g4_compat.cuh"
+#include "e4m3.cuh"
 
 #if !defined(__HIPCC__)
 
@@ -93,15 +94,21 @@ extern "C" __global__ void __launch_bounds__(1024)
 // rows whose 16-byte chunks are XOR-swizzled by row, so that ldmatrix reads 8 rows of one chunk
 // without bank conflicts. Warps: 2 (32 routed rows each) × 4 (32 weight rows each); a warp skips
 // the 16-row fragments past its expert's rows. The routed rows are the mma's M, the weight rows
-// its N, so each lane's outputs are pairs of adjacent columns.
+// its N, so each lane's outputs are pairs of adjacent columns. e4m3 weights (an FP8 checkpoint's
+// experts, one f32 scale per weight row) arrive raw in the pipeline and are decoded once per K
+// step into one shared tile of T, which the warps read as they read dense weights; the row
+// scale multiplies each sum.
 #define G4_GROUPED_ROWS 64
 #define G4_GROUPED_COLS 128
 #define G4_GROUPED_BK 64
 #define G4_GROUPED_STAGES 4
 #define G4_GROUPED_THREADS 256
-#define G4_GROUPED_STAGE_ELEMS ((G4_GROUPED_ROWS + G4_GROUPED_COLS) * G4_GROUPED_BK)
-// 96 KiB of dynamic shared memory (the host raises the launch's limit to it).
-#define G4_GROUPED_SHARED_BYTES (G4_GROUPED_STAGES * G4_GROUPED_STAGE_ELEMS * 2)
+#define G4_GROUPED_X_TILE (G4_GROUPED_ROWS * G4_GROUPED_BK * 2)
+#define G4_GROUPED_W_TILE (G4_GROUPED_COLS * G4_GROUPED_BK * 2)
+// Dynamic shared memory (the host raises the launch's limit to it): 96 KiB dense; e4m3 stages
+// hold half the weight bytes, plus the decoded tile: 80 KiB.
+#define G4_GROUPED_SHARED_BYTES (G4_GROUPED_STAGES * (G4_GROUPED_X_TILE + G4_GROUPED_W_TILE))
+#define G4_GROUPED_FP8_SHARED_BYTES (G4_GROUPED_STAGES * (G4_GROUPED_X_TILE + G4_GROUPED_W_TILE / 2) + G4_GROUPED_W_TILE)
 
 __device__ __forceinline__ int grouped_swizzled(int row, int chunk) { return row * G4_GROUPED_BK + ((chunk ^ (row & 7)) << 3); }
 
@@ -132,17 +139,29 @@ __device__ __forceinline__ void grouped_mma<g4_f16>(float (&d)[4], const unsigne
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Eight values as one 16-byte vector of T.
+template <typename T> __device__ __forceinline__ uint4 grouped_pack8(const float* v) {
+    uint4 packed;
+    T* out = reinterpret_cast<T*>(&packed);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = g4_from_f32<T>(v[i]);
+    return packed;
+}
+
 // x: the routed rows' source, [tokens, k] read through `row_tokens` (the routing's token of each
 // row: the gather fused into the loads) or, without it, [routed, k] in expert order. w [E, rows_w,
-// k]; out [routed, n]. GELU_MUL: w's rows are gate rows then up rows (rows_w = 2n) and out is
-// gelu_tanh(gate) ⊙ up, each block taking 64 gate rows and the 64 up rows of the same columns,
-// rounded where the composed arm stores (the projection in T, the GELU in T). Otherwise
-// rows_w = n. k % 8 == 0, 16-byte aligned rows.
-template <typename T, bool GELU_MUL>
-__device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T* w, T* out, const uint32_t* offsets,
-                                 int n, int k, int column_blocks) {
+// k] of W (T, or uint8_t for e4m3 with `scale [E, rows_w]`); out [routed, n]. GELU_MUL: w's rows
+// are gate rows then up rows (rows_w = 2n) and out is gelu_tanh(gate) ⊙ up, each block taking 64
+// gate rows and the 64 up rows of the same columns, rounded where the composed arm stores (the
+// projection in T, the GELU in T). Otherwise rows_w = n. Rows are whole 16-byte vectors.
+template <typename T, typename W, bool GELU_MUL>
+__device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const W* w, const float* scale, T* out,
+                                 const uint32_t* offsets, int n, int k, int column_blocks) {
+    constexpr bool FP8 = sizeof(W) == 1;
     extern __shared__ __align__(128) unsigned char grouped_shared[];
-    T* tiles = reinterpret_cast<T*>(grouped_shared);
+    constexpr int STAGE_BYTES = G4_GROUPED_X_TILE + (FP8 ? G4_GROUPED_W_TILE / 2 : G4_GROUPED_W_TILE);
+    // e4m3: the decoded weights of the current K step, after the stages.
+    T* decoded = reinterpret_cast<T*>(grouped_shared + G4_GROUPED_STAGES * STAGE_BYTES);
     const int e = blockIdx.x / column_blocks, column_block = blockIdx.x % column_blocks;
     const int first = offsets[e], rows = offsets[e + 1] - first;
     if (rows <= 0) return;
@@ -152,18 +171,22 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T
     const int columns_per_block = GELU_MUL ? G4_GROUPED_COLS / 2 : G4_GROUPED_COLS;
     const int column0 = column_block * columns_per_block;
     const int rows_w = GELU_MUL ? 2 * n : n;
-    const T* expert_w = w + (size_t)e * rows_w * k;
-    // Each thread copies one 16-byte chunk of 4 weight rows and of 2 routed rows per stage.
-    const int chunk = tid % 8;
-    const T* w_src[4];
-    bool w_valid[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int s = tid / 8 + 32 * i;
+    const W* expert_w = w + (size_t)e * rows_w * k;
+    auto weight_row = [&](int s) {  // the expert's weight row behind shared row s; -1: none
         const int column = column0 + (GELU_MUL ? s % 64 : s);
-        w_valid[i] = column < n;
-        const int w_row = GELU_MUL && s >= 64 ? n + column : column;
-        w_src[i] = expert_w + (size_t)(w_valid[i] ? w_row : 0) * k + chunk * 8;
+        return column >= n ? -1 : GELU_MUL && s >= 64 ? n + column : column;
+    };
+    // Per stage each thread copies one 16-byte chunk of 2 routed rows, and of 4 dense weight rows
+    // (8 chunks a row) or 2 e4m3 ones (4 chunks a row).
+    constexpr int W_CHUNKS = FP8 ? 4 : 8, W_COPIES = G4_GROUPED_COLS * W_CHUNKS / G4_GROUPED_THREADS;
+    const int chunk = tid % 8, w_chunk = tid % W_CHUNKS;
+    const W* w_src[W_COPIES];
+    bool w_valid[W_COPIES];
+#pragma unroll
+    for (int i = 0; i < W_COPIES; ++i) {
+        const int row = weight_row(tid / W_CHUNKS + G4_GROUPED_THREADS / W_CHUNKS * i);
+        w_valid[i] = row >= 0;
+        w_src[i] = expert_w + (size_t)max(row, 0) * k + w_chunk * (16 / sizeof(W));
     }
     // The weight rows this warp multiplies: two 16-row groups of shared rows.
     const int w_group0 = GELU_MUL ? 16 * warp_cols : 32 * warp_cols;
@@ -180,19 +203,23 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T
             x_src[i] = x + (size_t)source * k + chunk * 8;
         }
         auto load = [&](int stage, int kt) {
-            T* xs = tiles + stage * G4_GROUPED_STAGE_ELEMS;
-            T* ws = xs + G4_GROUPED_ROWS * G4_GROUPED_BK;
+            unsigned char* base = grouped_shared + stage * STAGE_BYTES;
+            T* xs = reinterpret_cast<T*>(base);
             const int k0 = kt * G4_GROUPED_BK;
-            const bool k_valid = k0 + chunk * 8 < k;
+            const bool x_k_valid = k0 + chunk * 8 < k;
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                grouped_cp_async16(xs + grouped_swizzled(tid / 8 + 32 * i, chunk), x_src[i] + (k_valid ? k0 : 0),
-                                   x_valid[i] && k_valid);
+                grouped_cp_async16(xs + grouped_swizzled(tid / 8 + 32 * i, chunk), x_src[i] + (x_k_valid ? k0 : 0),
+                                   x_valid[i] && x_k_valid);
             }
+            const bool w_k_valid = k0 + w_chunk * (16 / (int)sizeof(W)) < k;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                grouped_cp_async16(ws + grouped_swizzled(tid / 8 + 32 * i, chunk), w_src[i] + (k_valid ? k0 : 0),
-                                   w_valid[i] && k_valid);
+            for (int i = 0; i < W_COPIES; ++i) {
+                const int s = tid / W_CHUNKS + G4_GROUPED_THREADS / W_CHUNKS * i;
+                // e4m3 rows stay raw (64 bytes, unswizzled) until they are decoded.
+                void* dst = FP8 ? (void*)(base + G4_GROUPED_X_TILE + s * G4_GROUPED_BK + w_chunk * 16)
+                                : (void*)(reinterpret_cast<T*>(base + G4_GROUPED_X_TILE) + grouped_swizzled(s, w_chunk));
+                grouped_cp_async16(dst, w_src[i] + (w_k_valid ? k0 : 0), w_valid[i] && w_k_valid);
             }
         };
         // 16-row fragments of routed rows this warp has (the same in every lane).
@@ -217,15 +244,31 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T
             const int next = kt + G4_GROUPED_STAGES - 1;
             if (next < k_tiles) load(next % G4_GROUPED_STAGES, next);
             asm volatile("cp.async.commit_group;\n" ::);
-            const T* xs = tiles + (kt % G4_GROUPED_STAGES) * G4_GROUPED_STAGE_ELEMS;
-            const T* ws = xs + G4_GROUPED_ROWS * G4_GROUPED_BK;
+            const unsigned char* base = grouped_shared + (kt % G4_GROUPED_STAGES) * STAGE_BYTES;
+            const T* xs = reinterpret_cast<const T*>(base);
+            const T* ws = reinterpret_cast<const T*>(base + G4_GROUPED_X_TILE);
+            if constexpr (FP8) {
+                // Each thread decodes 32 weights: half a row, into 4 swizzled chunks of T.
+                const int s = tid / 2, half = tid % 2;
+                const uint4* raw = reinterpret_cast<const uint4*>(base + G4_GROUPED_X_TILE + s * G4_GROUPED_BK) + 2 * half;
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    float values[16];
+                    e4m3x16_to_f32_over_unit(raw[v], values);
+                    const int c = 4 * half + 2 * v;
+                    *reinterpret_cast<uint4*>(decoded + grouped_swizzled(s, c)) = grouped_pack8<T>(values);
+                    *reinterpret_cast<uint4*>(decoded + grouped_swizzled(s, c + 1)) = grouped_pack8<T>(values + 8);
+                }
+                __syncthreads();
+                ws = decoded;
+            }
             if (fragments > 0) {
 #pragma unroll
                 for (int ks = 0; ks < G4_GROUPED_BK / 16; ++ks) {
                     unsigned b[2][4];
-                    const int w_row = lane % 8 + lane / 16 * 8, w_chunk = 2 * ks + lane / 8 % 2;
-                    grouped_ldmatrix_x4(b[0], ws + grouped_swizzled(w_group0 + w_row, w_chunk));
-                    grouped_ldmatrix_x4(b[1], ws + grouped_swizzled(w_group1 + w_row, w_chunk));
+                    const int w_row = lane % 8 + lane / 16 * 8, w_chunk_read = 2 * ks + lane / 8 % 2;
+                    grouped_ldmatrix_x4(b[0], ws + grouped_swizzled(w_group0 + w_row, w_chunk_read));
+                    grouped_ldmatrix_x4(b[1], ws + grouped_swizzled(w_group1 + w_row, w_chunk_read));
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
                         if (i < fragments) {
@@ -242,6 +285,10 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T
             }
         }
         // Each lane holds rows lane/4 and lane/4 + 8 of a fragment, columns 2·(lane%4) and one more.
+        auto scaled = [&](float sum, int s) {  // shared weight row s's sum, times its scale
+            if constexpr (FP8) return sum * scale[(size_t)e * rows_w + weight_row(s)] * G4_E4M3_UNIT;
+            return sum;
+        };
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             if (i >= fragments) continue;
@@ -252,16 +299,16 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T
                 T* out_row = out + (size_t)(first + r) * n;
 #pragma unroll
                 for (int j = 0; j < (GELU_MUL ? 2 : 4); ++j) {
-                    const int column = column0 + (GELU_MUL ? 16 * warp_cols : 32 * warp_cols) + 8 * j + 2 * (lane % 4);
+                    const int within = (GELU_MUL ? 16 * warp_cols : 32 * warp_cols) + 8 * j + 2 * (lane % 4);
 #pragma unroll
                     for (int v = 0; v < 2; ++v) {
-                        if (column + v >= n) continue;
-                        float value = acc[i][j][2 * half + v];
+                        if (column0 + within + v >= n) continue;
+                        float value = scaled(acc[i][j][2 * half + v], within + v);
                         if (GELU_MUL) {
-                            const float gate = g4_round<T>(value), up = g4_round<T>(acc[i][j + 2][2 * half + v]);
-                            value = g4_round<T>(g4_gelu_tanh(gate)) * up;
+                            const float up = scaled(acc[i][j + 2][2 * half + v], 64 + within + v);
+                            value = g4_round<T>(g4_gelu_tanh(g4_round<T>(value))) * g4_round<T>(up);
                         }
-                        out_row[column + v] = g4_from_f32<T>(value);
+                        out_row[column0 + within + v] = g4_from_f32<T>(value);
                     }
                 }
             }
@@ -273,17 +320,30 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const T
 }
 
 #define G4_MOE_GROUPED(NAME, T)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(G4_GROUPED_THREADS, 2)                                           \
+    extern "C" __global__ void __launch_bounds__(G4_GROUPED_THREADS, 2)                                          \
         g4_moe_grouped_gate_up_##NAME(const T* x, const uint32_t* row_tokens, const T* w, T* out,                \
                                       const uint32_t* offsets, int n, int k, int column_blocks) {                \
         G4_KERNEL_START();                                                                                       \
-        moe_grouped_gemm<T, true>(x, row_tokens, w, out, offsets, n, k, column_blocks);                          \
+        moe_grouped_gemm<T, T, true>(x, row_tokens, w, nullptr, out, offsets, n, k, column_blocks);              \
     }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(G4_GROUPED_THREADS, 2)                                           \
+    extern "C" __global__ void __launch_bounds__(G4_GROUPED_THREADS, 2)                                          \
         g4_moe_grouped_down_##NAME(const T* x, const T* w, T* out, const uint32_t* offsets, int n, int k,        \
                                    int column_blocks) {                                                          \
         G4_KERNEL_START();                                                                                       \
-        moe_grouped_gemm<T, false>(x, nullptr, w, out, offsets, n, k, column_blocks);                            \
+        moe_grouped_gemm<T, T, false>(x, nullptr, w, nullptr, out, offsets, n, k, column_blocks);                \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(G4_GROUPED_THREADS, 2)                                          \
+        g4_moe_grouped_fp8_gate_up_##NAME(const T* x, const uint32_t* row_tokens, const uint8_t* w,              \
+                                          const float* scale, T* out, const uint32_t* offsets, int n, int k,     \
+                                          int column_blocks) {                                                   \
+        G4_KERNEL_START();                                                                                       \
+        moe_grouped_gemm<T, uint8_t, true>(x, row_tokens, w, scale, out, offsets, n, k, column_blocks);          \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(G4_GROUPED_THREADS, 2)                                          \
+        g4_moe_grouped_fp8_down_##NAME(const T* x, const uint8_t* w, const float* scale, T* out,                 \
+                                       const uint32_t* offsets, int n, int k, int column_blocks) {               \
+        G4_KERNEL_START();                                                                                       \
+        moe_grouped_gemm<T, uint8_t, false>(x, nullptr, w, scale, out, offsets, n, k, column_blocks);            \
     }
 G4_MOE_GROUPED(bf16, g4_bf16)
 G4_MOE_GROUPED(f16, g4_f16)
