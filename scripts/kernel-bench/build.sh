@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the standalone kernel benchmarks (gemv_bench, moe_bench, pdl_bench, attention_bench:
 # each times g4's CUDA kernels from src/kernels/cuda beside alternatives, and the first two
-# beside a plain read of the same bytes; grouped_bench: a candidate grouped expert GEMM with
-# device-side row offsets, checked and timed beside a plain read of its weights) into
+# beside a plain read of the same bytes; grouped_bench: g4's grouped expert GEMM (device-side
+# row offsets) beside cuBLAS's grouped GEMM, stop 32's WMMA candidate and a plain read of the
+# weights, and the device routing sort; it loads libcublas at run time) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
