@@ -6,8 +6,7 @@
 // kernel. Then g4_moe_route on the same routing, checked against a stable sort on the host.
 #include <dlfcn.h>
 #include "bench_common.cuh"
-#include "grouped_kernels.cuh"
-#include "../../src/kernels/cuda/moe_grouped.cu"
+#include "grouped_kernels.cuh"  // and src/kernels/cuda/moe_grouped.cu
 
 // One thread per output, f32 sums: the check. GELU_MUL: a's row r is token tokens[r]'s, and the
 // output is gelu(gate) ⊙ up rounded as g4's kernels round.

@@ -4,7 +4,7 @@
 // CUDA only (sm_80 and newer), as the benchmarks are.
 #pragma once
 #include <mma.h>
-#include "../../src/kernels/cuda/g4_compat.cuh"
+#include "../../src/kernels/cuda/moe_grouped.cu"
 
 // c rows [offsets[e], offsets[e + 1]) = a rows × b[e]ᵀ: a [R, K], b [E, N, K], c [R, N]. One block
 // per (expert, BN output columns), blockIdx.x = expert · column_blocks + column block; it streams
@@ -16,12 +16,6 @@
 // expert's rows (a prefill piece gives each expert a few dozen: kernel-bench/grouped_bench.cu
 // measured that skipping them, and so the multiplies, is what moves this kernel at 26B-A4B's sizes).
 #define G4_GROUPED_PAD 8
-
-__device__ __forceinline__ void g4_cp_async16(void* shared, const void* global, bool valid) {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-                 "r"(valid ? 16 : 0));  // 0 bytes read: the 16 are zero-filled
-}
 
 template <typename T, int BM, int BN, int WN, int BK, int STAGES>
 __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* offsets, int n, int k,
@@ -46,13 +40,13 @@ __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* 
                 const int r = v / (BK / 8), col = v % (BK / 8) * 8;
                 const bool valid = m0 + r < rows;
                 const T* src = a + (size_t)(first + (valid ? m0 + r : 0)) * k + k0 + col;
-                g4_cp_async16(as + stage * A_STAGE + r * LD + col, src, valid);
+                grouped_cp_async16(as + stage * A_STAGE + r * LD + col, src, valid);
             }
             for (int v = tid; v < BN * BK / 8; v += THREADS) {
                 const int r = v / (BK / 8), col = v % (BK / 8) * 8;
                 const bool valid = n0 + r < n;
                 const T* src = weights + (size_t)(valid ? n0 + r : 0) * k + k0 + col;
-                g4_cp_async16(bs + stage * B_STAGE + r * LD + col, src, valid);
+                grouped_cp_async16(bs + stage * B_STAGE + r * LD + col, src, valid);
             }
         };
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF][NF];

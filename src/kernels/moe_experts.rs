@@ -217,52 +217,61 @@ pub(super) fn device_grouped(
         Arg::I32(experts as i32),
     ];
     launch("g4_moe_route", device, route, &args)?;
-    let fp8 = gate_up.scale.is_some();
-    let (kernel, shared_bytes) = match fp8 {
-        true => ("moe_grouped_fp8", GROUPED_FP8_SHARED_BYTES),
-        false => ("moe_grouped", GROUPED_SHARED_BYTES),
+    let (kernel, shared_bytes) = match gate_up.scale {
+        Some(_) => ("moe_grouped_fp8", GROUPED_FP8_SHARED_BYTES),
+        None => ("moe_grouped", GROUPED_SHARED_BYTES),
     };
-    let scales = |rows: &ExpertRows| {
-        rows.scale
+    // One projection: `inputs` (the rows, and for gate_up the token of each), the weight and
+    // its scales, into `[routed, n]`; `columns_per_block` output columns per block.
+    let project = |projection: &str,
+                   inputs: &[Arg],
+                   weight: ExpertRows,
+                   n: usize,
+                   k: usize,
+                   columns_per_block: usize|
+     -> Result<Tensor> {
+        let out = empty((routed, n), dtype, device)?;
+        let scale = weight
+            .scale
             .map(|s| s.to_dtype(DType::F32)?.contiguous())
-            .transpose()
-    };
-    let (gate_up_scale, down_scale) = (scales(&gate_up)?, scales(&down)?);
-    let grid = |column_blocks: usize| Grid {
-        blocks: (experts * column_blocks) as u32,
-        threads: GROUPED_THREADS,
+            .transpose()?;
+        let column_blocks = n.div_ceil(columns_per_block);
+        let mut args = inputs.to_vec();
+        args.push(Arg::Tensor(weight.weight));
+        args.extend(scale.as_ref().map(Arg::Tensor));
+        args.extend([
+            Arg::Tensor(&out),
+            Arg::Tensor(&offsets),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+            Arg::I32(column_blocks as i32),
+        ]);
+        let grid = Grid {
+            blocks: (experts * column_blocks) as u32,
+            threads: GROUPED_THREADS,
+        };
+        let name = kernel_name(&format!("{kernel}_{projection}"), dtype)?;
+        launch_with_shared(&name, device, grid, shared_bytes, &args)?;
+        Ok(out)
     };
     // gate_up's blocks each take the gate and up rows of half as many columns.
-    let gate_up_blocks = width.div_ceil(GROUPED_WEIGHT_ROWS / 2);
-    let h = empty((routed, width), dtype, device)?;
-    let mut args = vec![
-        Arg::Tensor(x),
-        Arg::Tensor(&rows),
-        Arg::Tensor(gate_up.weight),
-    ];
-    args.extend(gate_up_scale.as_ref().map(Arg::Tensor));
-    args.extend([
-        Arg::Tensor(&h),
-        Arg::Tensor(&offsets),
-        Arg::I32(width as i32),
-        Arg::I32(hidden as i32),
-        Arg::I32(gate_up_blocks as i32),
-    ]);
-    let name = kernel_name(&format!("{kernel}_gate_up"), dtype)?;
-    launch_with_shared(&name, device, grid(gate_up_blocks), shared_bytes, &args)?;
-    let down_blocks = hidden.div_ceil(GROUPED_WEIGHT_ROWS);
-    let y = empty((routed, hidden), dtype, device)?;
-    let mut args = vec![Arg::Tensor(&h), Arg::Tensor(down.weight)];
-    args.extend(down_scale.as_ref().map(Arg::Tensor));
-    args.extend([
-        Arg::Tensor(&y),
-        Arg::Tensor(&offsets),
-        Arg::I32(hidden as i32),
-        Arg::I32(width as i32),
-        Arg::I32(down_blocks as i32),
-    ]);
-    let name = kernel_name(&format!("{kernel}_down"), dtype)?;
-    launch_with_shared(&name, device, grid(down_blocks), shared_bytes, &args)?;
+    let inputs = [Arg::Tensor(x), Arg::Tensor(&rows)];
+    let h = project(
+        "gate_up",
+        &inputs,
+        gate_up,
+        width,
+        hidden,
+        GROUPED_WEIGHT_ROWS / 2,
+    )?;
+    let y = project(
+        "down",
+        &[Arg::Tensor(&h)],
+        down,
+        hidden,
+        width,
+        GROUPED_WEIGHT_ROWS,
+    )?;
     moe_combine::moe_combine(&y, &positions, weights)
 }
 
@@ -580,6 +589,36 @@ pub(super) fn expert_grids(
 #[cfg(test)]
 mod tests {
     use crate::kernels::native::WARP_WIDTHS;
+
+    /// The host sizes the grouped GEMM's launches from its own copy of the kernel's geometry:
+    /// too little shared memory would be written past, so the two must agree.
+    #[test]
+    fn the_grouped_launch_geometry_is_the_kernels() {
+        let source = include_str!("cuda/moe_grouped.cu");
+        let define = |name: &str| -> u32 {
+            let line = source
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("moe_grouped.cu defines {name}"));
+            line.trim().parse().expect("a number")
+        };
+        let (rows, cols, bk, stages) = (
+            define("G4_GROUPED_ROWS"),
+            define("G4_GROUPED_COLS"),
+            define("G4_GROUPED_BK"),
+            define("G4_GROUPED_STAGES"),
+        );
+        let (x_tile, w_tile) = (rows * bk * 2, cols * bk * 2);
+        assert_eq!(super::GROUPED_THREADS, define("G4_GROUPED_THREADS"));
+        assert_eq!(super::GROUPED_WEIGHT_ROWS, cols as usize);
+        assert_eq!(super::GROUPED_SHARED_BYTES, stages * (x_tile + w_tile));
+        assert_eq!(
+            super::GROUPED_FP8_SHARED_BYTES,
+            stages * (x_tile + w_tile / 2) + w_tile
+        );
+        assert!(source.contains("__launch_bounds__(1024)\n    g4_moe_route"));
+        assert_eq!(super::ROUTE_THREADS, 1024);
+    }
 
     /// The kernels read their block's warp count from blockDim and warpSize and walk rows (or
     /// tokens) block by block: gate_up's blocks must hold `GATE_UP_WARPS_PER_COLUMN` warps, one

@@ -286,6 +286,7 @@ pub const GPU_FLOATS_AND_CPU_F32: &[NativeKernel] =
 pub const CPU_F32: &[NativeKernel] = &[CPU_F32_KERNEL];
 
 /// A kernel argument.
+#[derive(Clone, Copy)]
 pub enum Arg<'a> {
     Tensor(&'a Tensor),
     /// A tensor whose rows are contiguous but whose outer dims may be strided (a cache view);
