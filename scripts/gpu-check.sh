@@ -219,7 +219,8 @@ if [[ " $STEPS " == *" moe-reference "* ]]; then
 fi
 if [[ " $STEPS " == *" moe-parity "* ]]; then
   echo "== parity: g4 f32/bf16 and transformers bf16 against transformers f32 (26B-A4B)"
-  python3 scripts/parity.py "$MOE" "$OUT/parity-moe" --reference float32 --compare f32,bf16 --lengths 64,600,1100 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-moe.txt"
+  # 128 steps a prompt: #9's 99 % agreement is unresolvable over 3 × 32 (one miss is 1.04 %).
+  python3 scripts/parity.py "$MOE" "$OUT/parity-moe" --reference float32 --compare f32,bf16 --lengths 64,600,1100 --new 128 --g4 "$G4" 2>&1 | grep -v -i "warn\|Loading" | tee "$OUT/parity-moe.txt"
 fi
 if [[ " $STEPS " == *" moe-profile "* ]]; then
   echo "== per-kernel time, 26B-A4B bf16 (ncu; eager decode)"

@@ -189,6 +189,9 @@ pub struct CaseResult {
     pub matched: usize,
     /// Steps (teacher-forced on the reference's tokens) where g4's top-1 is the reference's.
     pub top1_agreement: usize,
+    /// The other teacher-forced steps, so that a reader can see how close the reference's own
+    /// top two were at each one (a near-tie flips on any rounding).
+    pub disagreements: Vec<usize>,
     pub divergence: Option<Divergence>,
     pub generated_ids: Vec<u32>,
     /// Largest |g4 − reference| log-probability over the reference's recorded top-k at the
@@ -225,6 +228,7 @@ pub fn run_case(
         total: case.expected_ids.len(),
         matched: 0,
         top1_agreement: 0,
+        disagreements: Vec::new(),
         divergence: None,
         generated_ids: Vec::new(),
         max_logprob_delta: None,
@@ -248,8 +252,11 @@ pub fn run_case(
             if result.divergence.is_none() {
                 result.matched += 1;
             }
-        } else if result.divergence.is_none() {
-            result.divergence = Some(diagnose(logits, step, got, expected, case)?);
+        } else {
+            result.disagreements.push(step);
+            if result.divergence.is_none() {
+                result.divergence = Some(diagnose(logits, step, got, expected, case)?);
+            }
         }
         if step + 1 < case.expected_ids.len() {
             logits = session.decode(expected)?;

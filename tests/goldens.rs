@@ -155,6 +155,16 @@ fn bf16_top1_agreement_is_reported_and_stays_above_each_goldens_floor() {
                 "bf16 {name} / {}: top-1 agreement {}/{}, greedy matches {} steps",
                 case.name, result.top1_agreement, result.total, result.matched
             );
+            // Each teacher-forced step either agrees or is listed, and the first listed is
+            // where free-running greedy left the reference.
+            assert_eq!(
+                result.top1_agreement + result.disagreements.len(),
+                result.total
+            );
+            assert_eq!(
+                result.disagreements.first(),
+                result.divergence.as_ref().map(|d| &d.step)
+            );
             agreed += result.top1_agreement;
             total += result.total;
         }

@@ -279,6 +279,7 @@ fn file_json(path: &Path, outcome: &Outcome, min_agreement: Option<f64>) -> serd
                 "matched": c.matched,
                 "total": c.total,
                 "top1_agreement": c.top1_agreement,
+                "disagreements": c.disagreements,
                 "divergence": c.divergence,
                 "generated_ids": c.generated_ids,
                 "max_logprob_delta": c.max_logprob_delta,
