@@ -1,6 +1,7 @@
 //! Graph decode steps against eager ones over sequences long enough to make the graph path
-//! re-reserve its cache (256 → 512 → 1024 positions) and to wrap the sliding rings many times,
-//! after prompts that end before and after a reservation boundary. Eager decoding is the path the
+//! re-reserve its cache (256 → 512 → 768 → 1024 positions) and to wrap the sliding rings many
+//! times, after prompts that end before and after a reservation boundary, and after one whose
+//! prefill pieces grew the cache past the graph's first capacity (1024 slots, 768 attended). Eager decoding is the path the
 //! goldens prove token-exact; here both see the same tokens and must give the same logits.
 
 use candle_core::{DType, Device, Tensor};
@@ -55,7 +56,7 @@ fn graph_steps_match_eager_steps_across_cache_growth() {
 
 fn graph_steps_match_eager_steps(model: &Gemma4) {
     let context = model.config().max_position_embeddings;
-    for prompt_len in [5usize, 300] {
+    for prompt_len in [5usize, 300, 600] {
         let prompt: Vec<u32> = (0..prompt_len)
             .map(|i| 3 + (i * 7919 % 500) as u32)
             .collect();

@@ -1,8 +1,9 @@
 // Decode attention (attention.cu) at E4B's graph-step shapes: 8 query heads over 2 KV heads, one
 // query, a reserved cache buffer of which a prefix is visible (the mask), bf16. g4's split-K
 // kernel and merge with the chunks g4 picks (16 keys a chunk) beside more, smaller chunks. CUDA
-// graphs of 48 launches (a decode step has 42), each on its own K/V buffers, so that the caches
-// come from HBM as they do after a step's weights have gone through L2. (The first version of
+// graphs of 48 launches (a decode step has 42), each on its own K/V buffers (8 for the long
+// contexts, each larger than L2), so that the caches come from HBM as they do after a step's
+// weights have gone through L2. (The first version of
 // this benchmark also timed 16-byte K/V loads per lane against g4's element-wise ones: 10.7 →
 // 5.7 µs at the first shape; attention.cu has loaded that way since, docs/PERFORMANCE.md.)
 #include "bench_common.cuh"
@@ -10,14 +11,21 @@
 
 int main() {
     Bench b;
-    const int heads = 8, kv_heads = 2, sets = 48, rows = heads;
+    const int heads = 8, kv_heads = 2, rows = heads;
     const float scale = 1.0f;
-    printf("| head dim | buffer keys | visible | splits | g4 (µs) | chunks of 8 keys | chunks of 4 keys | max rel. diff |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int d : {256, 512}) {
-        for (int keys : {256, 512}) {
-            for (int visible : {32, 128, 256}) {
-                if (visible > keys) continue;
+    printf("| head dim | buffer keys | visible | splits | g4 (µs) | chunks of 8 keys | chunks of 4 keys | K/V read at 4.0 TB/s (µs) | max rel. diff |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    // (head dim, buffer keys, visible keys): a sliding layer's ring (256) and full layers (512)
+    // early in a context, then full layers after 4,096 and 16,384 tokens (bench --depth).
+    const int cases[][3] = {{256, 256, 32}, {256, 256, 128}, {256, 256, 256}, {256, 512, 32}, {256, 512, 128},
+                            {256, 512, 256}, {512, 256, 32}, {512, 256, 128}, {512, 256, 256}, {512, 512, 32},
+                            {512, 512, 128}, {512, 512, 256}, {512, 4224, 4096}, {512, 16512, 16384}};
+    for (const auto& c : cases) {
+        const int d = c[0], keys = c[1], visible = c[2];
+        // Long contexts: fewer buffer sets (each holds the whole cache), still more than L2.
+        const int sets = keys > 1024 ? 8 : 48;
+        {
+            {
                 const size_t kv_count = (size_t)kv_heads * keys * d;
                 std::vector<bf*> ks, vs;
                 for (int s = 0; s < sets; ++s) ks.push_back(b.filled(kv_count)), vs.push_back(b.filled(kv_count));
@@ -51,7 +59,9 @@ int main() {
                 const double diff = max_relative_difference(b.download(out, (size_t)rows * d), b.download(out_small, (size_t)rows * d));
                 const double t16 = b.graph_us(sets, chunks_of(16, out)), t8 = b.graph_us(sets, chunks_of(8, out_small)),
                              t4 = b.graph_us(sets, chunks_of(4, out_small));
-                printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.1e |\n", d, keys, visible, splits_for(16), t16, t8, t4, diff);
+                const double floor_us = 2.0 * kv_heads * visible * d * sizeof(bf) / 4.0e6;
+                printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.1e |\n", d, keys, visible, splits_for(16), t16, t8, t4,
+                       floor_us, diff);
                 fflush(stdout);
                 for (int s = 0; s < sets; ++s) {
                     CHECK(cudaFree(ks[s]));

@@ -708,11 +708,16 @@ impl Positions<'_> {
                 }
                 Ok(attend)
             }
-            Positions::Device { .. } => Ok(AttendKv {
-                k: k.clone(),
-                v: v.clone(),
-                key_positions: None,
-            }),
+            Positions::Device { kinds, .. } => {
+                // The step attends over the keys its mask covers; an eager prefill may have
+                // grown the buffers past them, and masked-off keys still cost a graph step time.
+                let keys = kinds[kind as usize].mask.dim(1)?;
+                Ok(AttendKv {
+                    k: k.narrow(2, 0, keys)?,
+                    v: v.narrow(2, 0, keys)?,
+                    key_positions: None,
+                })
+            }
         }
     }
 

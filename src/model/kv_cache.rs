@@ -160,20 +160,6 @@ impl KvCache {
         }
         self.len += 1;
     }
-
-    /// Positions every full layer has room for without reallocating (`None` with no full layers).
-    pub fn reserved_capacity(&self) -> Option<usize> {
-        self.layers
-            .iter()
-            .flatten()
-            .filter_map(|layer| match layer {
-                LayerCache::Full(cache) => {
-                    Some(cache.k.as_ref().map_or(0, |t| t.dim(2).unwrap_or(0)))
-                }
-                LayerCache::Sliding(_) => None,
-            })
-            .min()
-    }
 }
 
 fn zeros_like_with_len(t: &Tensor, len: usize) -> Result<Tensor> {

@@ -74,9 +74,20 @@ impl DecodePath {
 /// (E4B at 12,001 tokens needed 39 GB in one piece), for the same arithmetic.
 pub const PREFILL_PIECE: usize = 512;
 
-/// Smallest full-layer capacity reserved for graph steps; it doubles as the sequence grows
-/// (each growth re-captures), so masked-off slots never exceed the live ones.
+/// Smallest full-layer capacity reserved for graph steps.
 const MIN_GRAPH_CAPACITY: usize = 256;
+/// A graph step's full layers attend over its whole capacity (masked-off keys included), so the
+/// capacity grows in steps of 1/16 of the next power of two instead of doubling: under 1/8 of
+/// the keys a step walks are masked off, for a re-capture every 1/16 octave (one every 2,048
+/// tokens from 16k to 32k). Doubling left a step after 16,384 tokens walking 32,768 keys.
+const GRAPH_CAPACITY_STEPS_PER_OCTAVE: usize = 16;
+
+/// The full-layer capacity a graph step reserves for a token at `position`.
+fn graph_capacity(position: usize, context: usize) -> usize {
+    let granule = ((position + 1).next_power_of_two() / GRAPH_CAPACITY_STEPS_PER_OCTAVE)
+        .max(MIN_GRAPH_CAPACITY);
+    (position + 1).next_multiple_of(granule).min(context)
+}
 
 struct GraphStep {
     step: DeviceStep,
@@ -204,11 +215,7 @@ impl<'m> Session<'m> {
             .is_none_or(|g| g.step.capacity() <= position)
         {
             self.graph = None;
-            let capacity = (position + 1)
-                .next_power_of_two()
-                .max(MIN_GRAPH_CAPACITY)
-                .min(context);
-            self.graph = Some(self.reserve(capacity)?);
+            self.graph = Some(self.reserve(graph_capacity(position, context))?);
         }
         let graph = self.graph.as_mut().expect("reserved above");
         graph.step.set(token, model.ple_id(token), position)?;
@@ -239,13 +246,12 @@ impl<'m> Session<'m> {
         Ok(())
     }
 
-    /// Reserves the cache and the step's buffers for positions below `capacity` (or more,
-    /// when an eager prefill already grew the cache further).
+    /// Reserves the cache and the step's buffers for positions below `capacity`; the step
+    /// attends over that many keys even where an eager prefill grew the cache further.
     fn reserve(&mut self, capacity: usize) -> Result<GraphStep> {
         let model = self.model;
         let device = model.device();
         self.cache.reserve(capacity, model.dtype(), device)?;
-        let capacity = self.cache.reserved_capacity().unwrap_or(capacity);
         let [(sliding_cos, sliding_sin), (full_cos, full_sin)] = model.rope_tables(capacity)?;
         let window = model.config().sliding_window;
         let sliding = KindBuffers {
@@ -276,4 +282,31 @@ impl Drop for Session<'_> {
 
 fn can_capture(device: &candle_core::Device) -> bool {
     native::can_capture(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_capacity_masks_off_under_an_eighth_of_its_keys() {
+        let context = 131_072;
+        let mut last = 0;
+        for position in 0..context {
+            let capacity = graph_capacity(position, context);
+            assert!(
+                capacity > position && capacity <= context,
+                "{position}: {capacity}"
+            );
+            assert!(capacity >= last, "{position}: capacity shrank");
+            last = capacity;
+            let masked = capacity - (position + 1);
+            assert!(
+                masked < MIN_GRAPH_CAPACITY || masked * 8 < capacity,
+                "{position}: {masked} of {capacity} keys masked off"
+            );
+        }
+        assert_eq!(graph_capacity(16_384, context), 18_432);
+        assert_eq!(graph_capacity(100, 64), 64);
+    }
 }
