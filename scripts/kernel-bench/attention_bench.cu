@@ -13,13 +13,14 @@ int main() {
     Bench b;
     const int heads = 8, kv_heads = 2, rows = heads;
     const float scale = 1.0f;
-    printf("| head dim | buffer keys | visible | splits | g4 (µs) | chunks of 8 keys | chunks of 4 keys | K/V read at 4.0 TB/s (µs) | max rel. diff |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| head dim | buffer keys | visible | splits | g4 (µs) | chunks of 8 keys | chunks of 4 keys | 1,024 blocks | 2,048 blocks | 4,096 blocks | K/V read at 4.0 TB/s (µs) | max rel. diff |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     // (head dim, buffer keys, visible keys): a sliding layer's ring (256) and full layers (512)
-    // early in a context, then full layers after 4,096 and 16,384 tokens (bench --depth).
+    // early in a context, then full layers after 4,096 and 16,384 tokens (bench --depth; a graph
+    // step there attends over 18,432 slots).
     const int cases[][3] = {{256, 256, 32}, {256, 256, 128}, {256, 256, 256}, {256, 512, 32}, {256, 512, 128},
                             {256, 512, 256}, {512, 256, 32}, {512, 256, 128}, {512, 256, 256}, {512, 512, 32},
-                            {512, 512, 128}, {512, 512, 256}, {512, 4224, 4096}, {512, 16512, 16384}};
+                            {512, 512, 128}, {512, 512, 256}, {512, 4224, 4096}, {512, 16512, 16384}, {512, 18432, 16384}};
     for (const auto& c : cases) {
         const int d = c[0], keys = c[1], visible = c[2];
         // Long contexts: fewer buffer sets (each holds the whole cache), still more than L2.
@@ -36,16 +37,18 @@ int main() {
                 CHECK(cudaMemcpy(mask, mask_host.data(), keys * 4, cudaMemcpyHostToDevice));
                 bf* out = b.alloc<bf>((size_t)rows * d);
                 bf* out_small = b.alloc<bf>((size_t)rows * d);
-                const int max_splits = 128;
+                const int max_splits = 512;
                 float* acc = b.alloc<float>((size_t)rows * max_splits * d);
                 float* stats = b.alloc<float>((size_t)rows * max_splits * 2);
-                auto splits_for = [&](int keys_per_chunk) {
-                    return std::max(1, std::min((keys + keys_per_chunk - 1) / keys_per_chunk, (512 + rows - 1) / rows));
+                // g4 aims at 512 blocks (TARGET_BLOCKS in attention.rs); more splits shorten each
+                // warp's walk over a long context.
+                auto splits_for = [&](int keys_per_chunk, int blocks = 512) {
+                    return std::max(1, std::min((keys + keys_per_chunk - 1) / keys_per_chunk, (blocks + rows - 1) / rows));
                 };
                 const size_t stride = (size_t)keys * d;
-                auto chunks_of = [&](int keys_per_chunk, bf* o) {
-                    return [&, keys_per_chunk, o](int i) {
-                        const int splits = splits_for(keys_per_chunk);
+                auto chunks_of = [&](int keys_per_chunk, bf* o, int blocks = 512) {
+                    return [&, keys_per_chunk, o, blocks](int i) {
+                        const int splits = splits_for(keys_per_chunk, blocks);
                         g4_attention_bf16<<<rows * splits, 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, o, acc,
                                                                               stats, heads, kv_heads, 1, keys, d, stride,
                                                                               scale, splits);
@@ -54,14 +57,17 @@ int main() {
                     };
                 };
                 chunks_of(16, out)(0);
-                chunks_of(4, out_small)(0);
+                chunks_of(16, out_small, 4096)(0);
                 b.sync();
                 const double diff = max_relative_difference(b.download(out, (size_t)rows * d), b.download(out_small, (size_t)rows * d));
                 const double t16 = b.graph_us(sets, chunks_of(16, out)), t8 = b.graph_us(sets, chunks_of(8, out_small)),
-                             t4 = b.graph_us(sets, chunks_of(4, out_small));
+                             t4 = b.graph_us(sets, chunks_of(4, out_small)),
+                             t1024 = b.graph_us(sets, chunks_of(16, out_small, 1024)),
+                             t2048 = b.graph_us(sets, chunks_of(16, out_small, 2048)),
+                             t4096 = b.graph_us(sets, chunks_of(16, out_small, 4096));
                 const double floor_us = 2.0 * kv_heads * visible * d * sizeof(bf) / 4.0e6;
-                printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.1e |\n", d, keys, visible, splits_for(16), t16, t8, t4,
-                       floor_us, diff);
+                printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1e |\n", d, keys, visible,
+                       splits_for(16), t16, t8, t4, t1024, t2048, t4096, floor_us, diff);
                 fflush(stdout);
                 for (int s = 0; s < sets; ++s) {
                     CHECK(cudaFree(ks[s]));
