@@ -13,8 +13,8 @@ int main() {
     Bench b;
     const int heads = 8, kv_heads = 2, rows = heads;
     const float scale = 1.0f;
-    printf("| head dim | buffer keys | visible | splits | g4 (µs) | chunks of 8 keys | chunks of 4 keys | 1,024 blocks | 2,048 blocks | 4,096 blocks | K/V read at 4.0 TB/s (µs) | max rel. diff |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| head dim | buffer keys | visible | splits | g4 (µs) | its chunk kernel alone | chunks of 8 keys | chunks of 4 keys | 1,024 blocks | 2,048 blocks | 4,096 blocks | K/V read at 4.0 TB/s (µs) | max rel. diff |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     // (head dim, buffer keys, visible keys): a sliding layer's ring (256) and full layers (512)
     // early in a context, then full layers after 4,096 and 16,384 tokens (bench --depth; a graph
     // step there attends over 18,432 slots).
@@ -65,9 +65,15 @@ int main() {
                              t1024 = b.graph_us(sets, chunks_of(16, out_small, 1024)),
                              t2048 = b.graph_us(sets, chunks_of(16, out_small, 2048)),
                              t4096 = b.graph_us(sets, chunks_of(16, out_small, 4096));
+                // The chunk kernel alone (g4's splits, no merge): what the merge adds.
+                const double t_chunks = b.graph_us(sets, [&](int i) {
+                    g4_attention_bf16<<<rows * splits_for(16), 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, out_small,
+                                                                                 acc, stats, heads, kv_heads, 1, keys, d, stride,
+                                                                                 scale, splits_for(16));
+                });
                 const double floor_us = 2.0 * kv_heads * visible * d * sizeof(bf) / 4.0e6;
-                printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1e |\n", d, keys, visible,
-                       splits_for(16), t16, t8, t4, t1024, t2048, t4096, floor_us, diff);
+                printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1e |\n", d, keys, visible,
+                       splits_for(16), t16, t_chunks, t8, t4, t1024, t2048, t4096, floor_us, diff);
                 fflush(stdout);
                 for (int s = 0; s < sets; ++s) {
                     CHECK(cudaFree(ks[s]));

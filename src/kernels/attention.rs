@@ -143,6 +143,9 @@ const KEYS_PER_CHUNK: usize = 16;
 /// merges its warps by this count, so a block must hold exactly this many on any warp width).
 const WARPS_PER_BLOCK: usize = 4;
 const TARGET_BLOCKS: usize = 512;
+/// Chunks a row may have (`G4_ATTN_MAX_SPLITS`: the merge keeps one weight per chunk in shared
+/// memory); `TARGET_BLOCKS` keeps every decode step well under it.
+const MAX_SPLITS: usize = 1024;
 
 /// Threads of the softmax kernel's block (one block per score row).
 const SOFTMAX_WARPS: usize = 4;
@@ -186,6 +189,7 @@ fn native_fwd(
     let splits = keys
         .div_ceil(KEYS_PER_CHUNK)
         .min(TARGET_BLOCKS.div_ceil(rows))
+        .min(MAX_SPLITS)
         .max(1);
     let out = empty((batch, heads, seq, head_dim), q.dtype(), q.device())?;
     let (partial_acc, partial_stats) = if splits > 1 {
@@ -440,6 +444,24 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host's launch geometry is its own copy of attention.cu's: a block of other than
+    /// `G4_ATTN_WARPS` warps would merge the wrong warps, more chunks than the merge's table
+    /// would write past it.
+    #[test]
+    fn the_launch_geometry_is_the_kernels() {
+        let source = include_str!("cuda/attention.cu");
+        let define = |name: &str| -> usize {
+            let line = source
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("attention.cu defines {name}"));
+            line.trim().parse().expect("a number")
+        };
+        assert_eq!(WARPS_PER_BLOCK, define("G4_ATTN_WARPS"));
+        assert_eq!(MAX_SPLITS, define("G4_ATTN_MAX_SPLITS"));
+        assert_eq!(NATIVE_MAX_HEAD_DIM, define("G4_ATTN_MAX_D"));
+    }
 
     /// A mask that is not `[S, T]` is refused by every arm (the native kernels would read a
     /// broadcastable one out of bounds), not broadcast by some and misread by others.

@@ -12,6 +12,8 @@
 
 #define G4_ATTN_MAX_D 512
 #define G4_ATTN_WARPS 4
+// Chunks a row may be split into: the merge keeps one weight per chunk in shared memory.
+#define G4_ATTN_MAX_SPLITS 1024
 // Block size on a 64-lane GPU (the largest); at two such blocks per multiprocessor the chunk
 // kernel fits 128 registers, four of its 128-thread blocks per multiprocessor on NVIDIA GPUs.
 #define G4_ATTN_MAX_THREADS (G4_ATTN_WARPS * 64)
@@ -225,25 +227,33 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     }
 }
 
-// Merges each query row's chunks (a chunk with no visible key has max −∞): a row's D outputs
-// are spread over several blocks (blockDim elements each), so that the few rows of a decode step
-// still fill the GPU when their chunks are many.
+// Merges each query row's chunks (a chunk with no visible key has max −∞, sum 0 and zero
+// outputs): a row's D outputs are spread over several blocks (blockDim elements each), so that
+// the few rows of a decode step still fill the GPU when their chunks are many. The block finds
+// the row's maximum and each chunk's weight once, in shared memory; each thread then sums its
+// output over the chunks in chunk order with loads that do not wait on one another (each thread
+// re-deriving the weights chunk by chunk made the merge walk its chunks latency-bound).
 template <typename T>
 __device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits) {
+    __shared__ float weights[G4_ATTN_MAX_SPLITS];
     const int blocks_per_row = (d + blockDim.x - 1) / blockDim.x;
     const int row = blockIdx.x / blocks_per_row;
     const int j = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
-    if (j >= d) return;
     const float* stats = partial_stats + (size_t)row * splits * 2;
-    float total_max = -INFINITY;
-    for (int c = 0; c < splits; ++c) total_max = fmaxf(total_max, stats[c * 2]);
+    float row_max = -INFINITY;
+    for (int c = threadIdx.x; c < splits; c += blockDim.x) row_max = fmaxf(row_max, stats[c * 2]);
+    row_max = g4_block_max(row_max);
+    for (int c = threadIdx.x; c < splits; c += blockDim.x) {
+        weights[c] = stats[c * 2] == -INFINITY ? 0.0f : expf(stats[c * 2] - row_max);
+    }
+    __syncthreads();
+    if (j >= d) return;
+    const float* acc = partial_acc + (size_t)row * splits * d + j;
     float total = 0.0f, o = 0.0f;
+#pragma unroll 8
     for (int c = 0; c < splits; ++c) {
-        if (stats[c * 2] != -INFINITY) {
-            const float weight = expf(stats[c * 2] - total_max);
-            total += stats[c * 2 + 1] * weight;
-            o += partial_acc[((size_t)row * splits + c) * d + j] * weight;
-        }
+        total += stats[c * 2 + 1] * weights[c];
+        o += acc[(size_t)c * d] * weights[c];
     }
     out[(size_t)row * d + j] = g4_from_f32<T>(o / total);
 }
