@@ -307,6 +307,7 @@ mod tests {
             );
         }
         assert_eq!(graph_capacity(16_384, context), 18_432);
-        assert_eq!(graph_capacity(100, 64), 64);
+        // Never past a context that is no power of two.
+        assert_eq!(graph_capacity(999, 1_000), 1_000);
     }
 }
