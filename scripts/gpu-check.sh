@@ -10,7 +10,8 @@
 #   same on a random-weight E2B; parity-31b: g4 and
 #   transformers bf16 against transformers f32 on a random-weight 31B (61 GB: the disk holds no
 #   other checkpoint beside it); moe: g4 on a random-weight 26B-A4B; moe-reference: transformers
-#   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it;
+#   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it
+#   (3 prompts × 128 steps);
 #   ple: E4B and E2B with the per-layer table on the host and on the device, side by side;
 #   fp8: E4B bf16 beside the same weights as an FP8 checkpoint (scripts/fp8_checkpoint.py);
 #   long-golden: E4B's widths in 12 layers, prompts past one prefill piece against transformers
