@@ -189,8 +189,7 @@ fn native_fwd(
     let splits = keys
         .div_ceil(KEYS_PER_CHUNK)
         .min(TARGET_BLOCKS.div_ceil(rows))
-        .min(MAX_SPLITS)
-        .max(1);
+        .clamp(1, MAX_SPLITS);
     let out = empty((batch, heads, seq, head_dim), q.dtype(), q.device())?;
     let (partial_acc, partial_stats) = if splits > 1 {
         (
