@@ -450,13 +450,7 @@ mod tests {
     #[test]
     fn the_launch_geometry_is_the_kernels() {
         let source = include_str!("cuda/attention.cu");
-        let define = |name: &str| -> usize {
-            let line = source
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("attention.cu defines {name}"));
-            line.trim().parse().expect("a number")
-        };
+        let define = |name| crate::kernels::source_define(source, name) as usize;
         assert_eq!(WARPS_PER_BLOCK, define("G4_ATTN_WARPS"));
         assert_eq!(MAX_SPLITS, define("G4_ATTN_MAX_SPLITS"));
         assert_eq!(NATIVE_MAX_HEAD_DIM, define("G4_ATTN_MAX_D"));

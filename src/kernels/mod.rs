@@ -165,3 +165,16 @@ pub fn native_status(
 ) -> Result<(), Unavailable> {
     native::native_status(op.native_kernels(), backend, device, dtype)
 }
+
+/// The value of `#define NAME <number>` in a kernel source: tests compare the host's copy of a
+/// kernel's launch geometry with the source's own.
+#[cfg(test)]
+pub(crate) fn source_define(source: &str, name: &str) -> u32 {
+    source
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+        .unwrap_or_else(|| panic!("the kernel source defines {name}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is a number"))
+}

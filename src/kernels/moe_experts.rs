@@ -595,13 +595,7 @@ mod tests {
     #[test]
     fn the_grouped_launch_geometry_is_the_kernels() {
         let source = include_str!("cuda/moe_grouped.cu");
-        let define = |name: &str| -> u32 {
-            let line = source
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("moe_grouped.cu defines {name}"));
-            line.trim().parse().expect("a number")
-        };
+        let define = |name| crate::kernels::source_define(source, name);
         let (rows, cols, bk, stages) = (
             define("G4_GROUPED_ROWS"),
             define("G4_GROUPED_COLS"),
