@@ -380,6 +380,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (2, 1, 13, 13, 64, Some(4), None, true),
         // Decode over many keys: the CUDA arm splits them into chunks and merges.
         (8, 2, 1, 300, 256, None, None, true),
+        // Many chunks whose keys a sliding window hides before the visible ones: each warp's
+        // early-loaded first key is dropped until a chunk shows a visible key.
+        (1, 1, 1, 3000, 256, Some(64), None, true),
         // Eager decode at both of Gemma-4's head sizes: no mask.
         (8, 2, 1, 300, 256, None, None, false),
         (16, 4, 1, 70, 512, None, None, false),

@@ -37,13 +37,15 @@ struct StridedRow {
             out.v[i] = j < d ? g4_to_f32(row[j]) : 0.0f;
         }
     }
-    // q stays in shared memory: sixteen more registers a lane would spill the loads in flight.
+    // q stays in shared memory (the block's copy): sixteen more registers a lane would spill the
+    // loads in flight, and so would loading a warp's first key early.
+    static constexpr bool first_key_early = false;
     struct Query {
         const float* row;
         int lane, warp_size, d;
     };
-    __device__ static Query query(const float* q_row, int lane, int warp_size, int d) {
-        return {q_row, lane, warp_size, d};
+    __device__ static Query query(const T*, const float* q_shared_row, int lane, int warp_size, int d) {
+        return {q_shared_row, lane, warp_size, d};
     }
     __device__ static float dot(const Query& q, const Loaded& k) {
         float sum = 0.0f;
@@ -75,13 +77,22 @@ struct VectorRow {
 #pragma unroll
         for (int c = 0; c < C; ++c) out.v[c] = vectors[c * warp_size + lane];
     }
+    // A lane's q values in registers, loaded 16 bytes at a time like K and V (no block-wide
+    // copy to wait for, so its loads are in flight with the mask's and the first key's).
+    static constexpr bool first_key_early = true;
     struct Query {
         float v[n];
     };
-    __device__ static Query query(const float* q_row, int lane, int warp_size, int) {
+    __device__ static Query query(const T* q_global_row, const float*, int lane, int warp_size, int) {
+        Loaded loaded;
+        load(q_global_row, lane, warp_size, 0, loaded);
         Query q;
 #pragma unroll
-        for (int i = 0; i < n; ++i) q.v[i] = q_row[index(i, lane, warp_size)];
+        for (int c = 0; c < C; ++c) {
+            const T* t = reinterpret_cast<const T*>(&loaded.v[c]);
+#pragma unroll
+            for (int e = 0; e < per_load; ++e) q.v[c * per_load + e] = g4_to_f32(t[e]);
+        }
         return q;
     }
     __device__ static float dot(const Query& q, const Loaded& k) {
@@ -111,14 +122,23 @@ struct VectorRow {
 // warp_size of them at once (one per lane) and walks the visible ones, skipping hidden keys
 // without loading K or V. The next visible key's K/V loads are issued before this key's
 // arithmetic, so that a warp keeps two keys' loads in flight (one at a time left long contexts
-// latency-bound).
+// latency-bound). With 16-byte rows the warp's first key is loaded before the mask says whether
+// it is visible (in a decode step the visible keys are a prefix, so it nearly always is): its
+// loads, q's and the mask's make one memory round trip instead of three.
 template <typename T, typename Row>
-__device__ __noinline__ void attention_warp(const float* q_row, const T* k_head, const T* v_head, const float* mask_row,
-                               int first, int end, int d, float scale, float* warp_max, float* warp_sum,
-                               float (*warp_acc)[G4_ATTN_MAX_D]) {
+__device__ __noinline__ void attention_warp(const T* q_global_row, const float* q_shared_row, const T* k_head,
+                                            const T* v_head, const float* mask_row, int first, int end, int d,
+                                            float scale, float* warp_max, float* warp_sum,
+                                            float (*warp_acc)[G4_ATTN_MAX_D]) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const typename Row::Query q_val = Row::query(q_row, lane, warp_size, d);
+    typename Row::Loaded k_first, v_first;
+    bool first_loaded = Row::first_key_early && first + warp < end;
+    if (first_loaded) {
+        Row::load(k_head + (size_t)(first + warp) * d, lane, warp_size, d, k_first);
+        Row::load(v_head + (size_t)(first + warp) * d, lane, warp_size, d, v_first);
+    }
+    const typename Row::Query q_val = Row::query(q_global_row, q_shared_row, lane, warp_size, d);
     float acc[Row::n];
 #pragma unroll
     for (int i = 0; i < Row::n; ++i) acc[i] = 0.0f;
@@ -128,7 +148,10 @@ __device__ __noinline__ void attention_warp(const float* q_row, const T* k_head,
         const int mine = base + lane * stride;
         const float my_mask = mine >= end ? -INFINITY : (mask_row ? mask_row[mine] : 0.0f);
         unsigned long long visible = G4_BALLOT(my_mask != -INFINITY);
-        if (!visible) continue;
+        if (!visible) {
+            first_loaded = false;
+            continue;
+        }
         auto load = [&](int i, typename Row::Loaded& k_val, typename Row::Loaded& v_val) {
             const size_t offset = (size_t)(base + i * stride) * d;
             Row::load(k_head + offset, lane, warp_size, d, k_val);
@@ -136,7 +159,12 @@ __device__ __noinline__ void attention_warp(const float* q_row, const T* k_head,
         };
         int i = __ffsll((long long)visible) - 1;
         typename Row::Loaded k_val, v_val, k_next, v_next;
-        load(i, k_val, v_val);
+        if (first_loaded && i == 0) {
+            k_val = k_first, v_val = v_first;
+        } else {
+            load(i, k_val, v_val);
+        }
+        first_loaded = false;
         while (true) {
             visible &= visible - 1;
             const int next = visible ? __ffsll((long long)visible) - 1 : -1;
@@ -183,24 +211,31 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     __shared__ float q_row[G4_ATTN_MAX_D];
     __shared__ float warp_max[G4_ATTN_WARPS], warp_sum[G4_ATTN_WARPS];
     __shared__ float warp_acc[G4_ATTN_WARPS][G4_ATTN_MAX_D];
-    for (int j = threadIdx.x; j < d; j += blockDim.x) q_row[j] = g4_to_f32(q[(size_t)row * d + j]);
-    __syncthreads();
+    const T* q_global_row = q + (size_t)row * d;
 
-    // The same for the whole block: 16-byte loads where whole, aligned vectors cover the rows.
+    // The same for the whole block: 16-byte loads where whole, aligned vectors cover the rows
+    // (q's too: its lanes load it as they load K and V).
     constexpr int per_load = 16 / sizeof(T);
-    const bool aligned = (((uintptr_t)k_head | (uintptr_t)v_head) % 16 == 0) && d % per_load == 0;
+    const bool aligned =
+        (((uintptr_t)k_head | (uintptr_t)v_head | (uintptr_t)q_global_row) % 16 == 0) && d % per_load == 0;
     const int vectors = aligned && d % (warp_size * per_load) == 0 ? d / (warp_size * per_load) : 0;
     if (vectors == 1) {
-        attention_warp<T, VectorRow<T, 1>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+        attention_warp<T, VectorRow<T, 1>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
+                                           warp_max, warp_sum, warp_acc);
     } else if (vectors == 2) {
-        attention_warp<T, VectorRow<T, 2>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+        attention_warp<T, VectorRow<T, 2>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
+                                           warp_max, warp_sum, warp_acc);
     } else if (per_load == 4 && vectors == 4) {
         // f32 heads of 512 (16-bit heads up to G4_ATTN_MAX_D take at most two vectors a lane).
         if constexpr (per_load == 4) {
-            attention_warp<T, VectorRow<T, 4>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+            attention_warp<T, VectorRow<T, 4>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
+                                               warp_max, warp_sum, warp_acc);
         }
     } else {
-        attention_warp<T, StridedRow<T>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum, warp_acc);
+        for (int j = threadIdx.x; j < d; j += blockDim.x) q_row[j] = g4_to_f32(q_global_row[j]);
+        __syncthreads();
+        attention_warp<T, StridedRow<T>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
+                                         warp_max, warp_sum, warp_acc);
     }
     __syncthreads();
     float chunk_max = -INFINITY;
