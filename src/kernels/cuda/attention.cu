@@ -40,12 +40,13 @@ struct StridedRow {
     // q stays in shared memory (the block's copy): sixteen more registers a lane would spill the
     // loads in flight, and so would loading a warp's first key early.
     static constexpr bool first_key_early = false;
+    typedef float QueryRow;  // the block's copy in shared memory
     struct Query {
         const float* row;
         int lane, warp_size, d;
     };
-    __device__ static Query query(const T*, const float* q_shared_row, int lane, int warp_size, int d) {
-        return {q_shared_row, lane, warp_size, d};
+    __device__ static Query query(const float* q_row, int lane, int warp_size, int d) {
+        return {q_row, lane, warp_size, d};
     }
     __device__ static float dot(const Query& q, const Loaded& k) {
         float sum = 0.0f;
@@ -78,14 +79,16 @@ struct VectorRow {
         for (int c = 0; c < C; ++c) out.v[c] = vectors[c * warp_size + lane];
     }
     // A lane's q values in registers, loaded 16 bytes at a time like K and V (no block-wide
-    // copy to wait for, so its loads are in flight with the mask's and the first key's).
-    static constexpr bool first_key_early = true;
+    // copy to wait for, so its loads are in flight with the mask's and the first key's). At four
+    // vectors a lane (f32 heads of 512) the early first key would spill (ptxas, sm_90).
+    static constexpr bool first_key_early = C < 4;
+    typedef T QueryRow;  // q's row in global memory
     struct Query {
         float v[n];
     };
-    __device__ static Query query(const T* q_global_row, const float*, int lane, int warp_size, int) {
+    __device__ static Query query(const T* q_row, int lane, int warp_size, int) {
         Loaded loaded;
-        load(q_global_row, lane, warp_size, 0, loaded);
+        load(q_row, lane, warp_size, 0, loaded);
         Query q;
 #pragma unroll
         for (int c = 0; c < C; ++c) {
@@ -126,32 +129,28 @@ struct VectorRow {
 // it is visible (in a decode step the visible keys are a prefix, so it nearly always is): its
 // loads, q's and the mask's make one memory round trip instead of three.
 template <typename T, typename Row>
-__device__ __noinline__ void attention_warp(const T* q_global_row, const float* q_shared_row, const T* k_head,
-                                            const T* v_head, const float* mask_row, int first, int end, int d,
-                                            float scale, float* warp_max, float* warp_sum,
-                                            float (*warp_acc)[G4_ATTN_MAX_D]) {
+__device__ __noinline__ void attention_warp(const typename Row::QueryRow* q_row, const T* k_head, const T* v_head,
+                                            const float* mask_row, int first, int end, int d, float scale,
+                                            float* warp_max, float* warp_sum, float (*warp_acc)[G4_ATTN_MAX_D]) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int first_key = first + warp;
     typename Row::Loaded k_first, v_first;
-    bool first_loaded = Row::first_key_early && first + warp < end;
-    if (first_loaded) {
-        Row::load(k_head + (size_t)(first + warp) * d, lane, warp_size, d, k_first);
-        Row::load(v_head + (size_t)(first + warp) * d, lane, warp_size, d, v_first);
+    if (Row::first_key_early && first_key < end) {
+        Row::load(k_head + (size_t)first_key * d, lane, warp_size, d, k_first);
+        Row::load(v_head + (size_t)first_key * d, lane, warp_size, d, v_first);
     }
-    const typename Row::Query q_val = Row::query(q_global_row, q_shared_row, lane, warp_size, d);
+    const typename Row::Query q_val = Row::query(q_row, lane, warp_size, d);
     float acc[Row::n];
 #pragma unroll
     for (int i = 0; i < Row::n; ++i) acc[i] = 0.0f;
     float running_max = -INFINITY, running_sum = 0.0f;
     const int stride = G4_ATTN_WARPS;
-    for (int base = first + warp; base < end; base += stride * warp_size) {
+    for (int base = first_key; base < end; base += stride * warp_size) {
         const int mine = base + lane * stride;
         const float my_mask = mine >= end ? -INFINITY : (mask_row ? mask_row[mine] : 0.0f);
         unsigned long long visible = G4_BALLOT(my_mask != -INFINITY);
-        if (!visible) {
-            first_loaded = false;
-            continue;
-        }
+        if (!visible) continue;
         auto load = [&](int i, typename Row::Loaded& k_val, typename Row::Loaded& v_val) {
             const size_t offset = (size_t)(base + i * stride) * d;
             Row::load(k_head + offset, lane, warp_size, d, k_val);
@@ -159,12 +158,11 @@ __device__ __noinline__ void attention_warp(const T* q_global_row, const float* 
         };
         int i = __ffsll((long long)visible) - 1;
         typename Row::Loaded k_val, v_val, k_next, v_next;
-        if (first_loaded && i == 0) {
+        if (Row::first_key_early && base == first_key && i == 0) {
             k_val = k_first, v_val = v_first;
         } else {
             load(i, k_val, v_val);
         }
-        first_loaded = false;
         while (true) {
             visible &= visible - 1;
             const int next = visible ? __ffsll((long long)visible) - 1 : -1;
@@ -220,22 +218,22 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
         (((uintptr_t)k_head | (uintptr_t)v_head | (uintptr_t)q_global_row) % 16 == 0) && d % per_load == 0;
     const int vectors = aligned && d % (warp_size * per_load) == 0 ? d / (warp_size * per_load) : 0;
     if (vectors == 1) {
-        attention_warp<T, VectorRow<T, 1>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
-                                           warp_max, warp_sum, warp_acc);
+        attention_warp<T, VectorRow<T, 1>>(q_global_row, k_head, v_head, mask_row, first, end, d, scale, warp_max,
+                                           warp_sum, warp_acc);
     } else if (vectors == 2) {
-        attention_warp<T, VectorRow<T, 2>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
-                                           warp_max, warp_sum, warp_acc);
+        attention_warp<T, VectorRow<T, 2>>(q_global_row, k_head, v_head, mask_row, first, end, d, scale, warp_max,
+                                           warp_sum, warp_acc);
     } else if (per_load == 4 && vectors == 4) {
         // f32 heads of 512 (16-bit heads up to G4_ATTN_MAX_D take at most two vectors a lane).
         if constexpr (per_load == 4) {
-            attention_warp<T, VectorRow<T, 4>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
+            attention_warp<T, VectorRow<T, 4>>(q_global_row, k_head, v_head, mask_row, first, end, d, scale,
                                                warp_max, warp_sum, warp_acc);
         }
     } else {
         for (int j = threadIdx.x; j < d; j += blockDim.x) q_row[j] = g4_to_f32(q_global_row[j]);
         __syncthreads();
-        attention_warp<T, StridedRow<T>>(q_global_row, q_row, k_head, v_head, mask_row, first, end, d, scale,
-                                         warp_max, warp_sum, warp_acc);
+        attention_warp<T, StridedRow<T>>(q_row, k_head, v_head, mask_row, first, end, d, scale, warp_max, warp_sum,
+                                         warp_acc);
     }
     __syncthreads();
     float chunk_max = -INFINITY;
