@@ -147,7 +147,7 @@ const TARGET_BLOCKS: usize = 512;
 /// memory); `TARGET_BLOCKS` keeps every decode step well under it.
 const MAX_SPLITS: usize = 1024;
 
-/// Threads of the softmax kernel's block (one block per score row).
+/// Warps of the softmax kernel's block (one warp per score row).
 const SOFTMAX_WARPS: usize = 4;
 
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
@@ -240,9 +240,11 @@ fn native_fwd(
     Ok(out)
 }
 
-/// Long query blocks: the composed arm's two batched GEMMs, with its scale, f32 cast, mask and
-/// softmax between them in one kernel (`attention_softmax`) instead of five passes over f32
-/// score matrices.
+/// Long query blocks: cuBLAS's q·kᵀ, one kernel for its scale, f32 cast, mask and softmax
+/// (`attention_softmax`, instead of five passes over f32 score matrices), then one cuBLAS call
+/// for p·v that writes each head's rows token-major (`[B, S, heads, D]` underneath the
+/// `[B, heads, S, D]` view returned), so the output projection reads it without a transpose
+/// copy. K/V are read in place where their rows are contiguous (a cache's views).
 fn gemm_fwd(
     q: &Tensor,
     k: &Tensor,
@@ -250,27 +252,51 @@ fn gemm_fwd(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg, Grid};
+    let (batch, heads, seq, head_dim) = q.dims4()?;
+    let (_, kv_heads, keys, _) = k.dims4()?;
+    let group = heads / kv_heads;
     let mask = mask
         .map(|m| m.to_dtype(DType::F32)?.contiguous())
         .transpose()?;
-    around_scores(q, k, v, |scores, seq, keys| {
-        let scores = scores.contiguous()?;
-        let probs = empty(scores.shape(), scores.dtype(), scores.device())?;
-        let args = [
-            Arg::Tensor(&scores),
-            Arg::OptionalTensor(mask.as_ref()),
-            Arg::Tensor(&probs),
-            Arg::I32(seq as i32),
-            Arg::I32(keys as i32),
-            Arg::F32(scale as f32),
-        ];
-        let rows = scores.elem_count() / keys;
-        let grid = Grid::of_warps(rows, SOFTMAX_WARPS, warp_lanes(scores.device()));
-        let name = kernel_name("attention_softmax", scores.dtype())?;
-        launch(&name, scores.device(), grid, &args)?;
-        Ok(probs)
-    })
+    let q = q
+        .contiguous()?
+        .reshape((batch, kv_heads, group * seq, head_dim))?;
+    let scores = q.matmul(&k.t()?)?.contiguous()?;
+    let probs = empty(scores.shape(), scores.dtype(), scores.device())?;
+    let rows = scores.elem_count() / keys.max(1);
+    let args = [
+        Arg::Tensor(&scores),
+        Arg::OptionalTensor(mask.as_ref()),
+        Arg::Tensor(&probs),
+        Arg::I32(rows as i32),
+        Arg::I32(seq as i32),
+        Arg::I32(keys as i32),
+        Arg::F32(scale as f32),
+    ];
+    let per_vector = 16 / scores.dtype().size_in_bytes();
+    let vectors = keys.is_multiple_of(per_vector)
+        && [&scores, &probs].into_iter().all(vector_aligned)
+        && mask.as_ref().is_none_or(vector_aligned);
+    let kernel = match vectors {
+        true => "attention_softmax_vec",
+        false => "attention_softmax",
+    };
+    let lanes = warp_lanes(scores.device());
+    let grid = Grid::of_warps(rows.div_ceil(SOFTMAX_WARPS), SOFTMAX_WARPS, lanes);
+    launch(
+        &kernel_name(kernel, scores.dtype())?,
+        scores.device(),
+        grid,
+        &args,
+    )?;
+    let rows_contiguous = |t: &Tensor| t.stride()[2..] == [head_dim, 1];
+    let v = if rows_contiguous(v) {
+        v.clone()
+    } else {
+        v.contiguous()?
+    };
+    super::native::probs_values_token_major(&probs, &v, seq)?.transpose(1, 2)
 }
 
 /// One batch: `q [heads, S, D]`, `k, v [kv_heads, T, D]`, `mask [S, T]` (−∞ hides a key).
@@ -358,7 +384,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "more than 16 queries (long prefill blocks)",
-        path: "native: cuBLAS's batched GEMMs around one masked-softmax kernel",
+        path: "native: cuBLAS's batched GEMMs around one masked-softmax kernel, p·v written token-major",
         case: "q[4×24×128] kv[2×30] window 8",
     },
     ShapePath {
@@ -396,6 +422,10 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (4, 2, 24, 30, 128, Some(8), None, true),
         (8, 2, 40, 700, 256, Some(512), None, true),
         (4, 2, 20, 20, 512, None, Some(19), false),
+        // Rows of whole 16-byte vectors in every dtype: the softmax's vector loads, over one
+        // tile of keys and over several.
+        (8, 2, 24, 64, 256, Some(32), None, true),
+        (2, 1, 17, 1040, 64, Some(600), None, true),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let spread = (d as f64).powf(-0.25) * 1.5;
@@ -427,17 +457,57 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         );
         cases.push(c.finish(label, expected));
     }
+    // K/V as a cache's views: the first `t` of `capacity` rows of each head, read in place (the
+    // decode kernel and the GEMM path's p·v step from one head to the next by `capacity` rows).
+    for (h, kvh, s, t, d, capacity) in [(8, 2, 24, 64, 256, 80), (4, 1, 1, 40, 128, 64)] {
+        let mut c = Builder::new(device, dtype, rng);
+        let spread = (d as f64).powf(-0.25) * 1.5;
+        let q = c.uniform(&[1, h, s, d], -spread, spread)?;
+        let first_rows = |buffer: &[f64]| -> Vec<f64> {
+            buffer
+                .chunks(capacity * d)
+                .flat_map(|head| &head[..t * d])
+                .copied()
+                .collect()
+        };
+        let k = first_rows(&c.uniform(&[1, kvh, capacity, d], -spread, spread)?);
+        let v = first_rows(&c.uniform(&[1, kvh, capacity, d], -1.0, 1.0)?);
+        let mask: Vec<f64> = (0..s)
+            .flat_map(|i| {
+                (0..t).map(
+                    move |j| match super::reference::visible(t - s + i, j, None) {
+                        true => 0.0,
+                        false => f64::NEG_INFINITY,
+                    },
+                )
+            })
+            .collect();
+        let mask_f32: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
+        c.raw(Tensor::from_vec(mask_f32, (s, t), device)?);
+        let expected = reference(&q, &k, &v, &mask, h, kvh, s, t, d, 1.0);
+        let mut case = c.finish(
+            format!("q[{h}×{s}×{d}] kv[{kvh}×{t} of {capacity}]"),
+            expected,
+        );
+        case.k = t;
+        cases.push(case);
+    }
 
     Ok(cases)
 }
 
+/// `c.k > 0`: K/V are the first `c.k` rows of longer per-head buffers (a cache's views).
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
+    let (k, v) = match c.k {
+        0 => (f(1).clone(), f(2).clone()),
+        keys => (f(1).narrow(2, 0, keys)?, f(2).narrow(2, 0, keys)?),
+    };
     Ok(vec![attention_on(
         arm,
         f(0),
-        f(1),
-        f(2),
+        &k,
+        &v,
         c.optional_raw(0),
         c.scale,
     )?])

@@ -294,26 +294,75 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
 // The GEMM path of long query blocks: between cuBLAS's q·kᵀ and p·v, probs = softmax(scores ·
 // scale + mask) in one kernel, f32 inside as the composed arm's cast, add and softmax are, stored
 // in T. scores and probs are [rows, keys] with row = ((b · kv_heads + kv head) · group + g) · seq
-// + s, so a row's query is row % seq; mask is an additive f32 [seq, keys] or null. One block per
-// row, three passes as candle's softmax makes them (max, sum, quotient); after the first the row
-// comes from cache. A row with no visible key attends to nothing (zeros, not NaN).
-template <typename T>
-__device__ void attention_softmax(const T* scores, const float* mask, T* probs, int seq, int keys, float scale) {
-    const size_t row = blockIdx.x;
-    const T* in = scores + row * keys;
+// + s, so a row's query is row % seq; mask is an additive f32 [seq, keys] or null. One warp per
+// row, no block-wide barrier: a lane holds G4_SOFTMAX_VALUES logits of a tile of the row in
+// registers, VEC consecutive keys per load (16 bytes of scores where the rows allow it). A row
+// of one tile (a 512-token prefill's) is read once; longer rows take three passes (max, sum,
+// quotient, as candle's softmax makes them), the later ones from cache. The sum and the quotient
+// are those of the composed arm: exp(logit − row max), summed, then divided. A row with no
+// visible key attends to nothing (zeros, not NaN).
+#define G4_SOFTMAX_VALUES 16
+
+template <typename T, int VEC>
+__device__ __forceinline__ void softmax_tile(const T* in, const float* row_mask, int keys, int first, int lane,
+                                             int lanes, float scale, float (&logits)[G4_SOFTMAX_VALUES]) {
+#pragma unroll
+    for (int c = 0; c < G4_SOFTMAX_VALUES / VEC; ++c) {
+        const int t = first + (c * lanes + lane) * VEC;
+        if (t < keys) {  // keys % VEC == 0: the whole vector is in the row
+            const Pack<T, VEC> scores = *reinterpret_cast<const Pack<T, VEC>*>(in + t);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                logits[c * VEC + e] = g4_to_f32(scores.v[e]) * scale + (row_mask ? row_mask[t + e] : 0.0f);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) logits[c * VEC + e] = -INFINITY;
+        }
+    }
+}
+
+template <typename T, int VEC>
+__device__ void attention_softmax(const T* scores, const float* mask, T* probs, int rows, int seq, int keys,
+                                  float scale) {
+    const int lanes = warpSize, lane = threadIdx.x % lanes;
+    const int row = blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes;
+    if (row >= rows) return;  // the whole warp: its shuffles below stay full
+    const T* in = scores + (size_t)row * keys;
     const float* row_mask = mask ? mask + (size_t)(row % seq) * keys : nullptr;
-    auto logit = [&](int t) { return g4_to_f32(in[t]) * scale + (row_mask ? row_mask[t] : 0.0f); };
+    const int tile = G4_SOFTMAX_VALUES * lanes;
+    const bool one_tile = keys <= tile;
+    float logits[G4_SOFTMAX_VALUES];
     float max = -INFINITY;
-    for (int t = threadIdx.x; t < keys; t += blockDim.x) max = fmaxf(max, logit(t));
-    max = g4_block_max(max);
+    for (int first = 0; first < keys; first += tile) {
+        softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
+#pragma unroll
+        for (int i = 0; i < G4_SOFTMAX_VALUES; ++i) max = fmaxf(max, logits[i]);
+    }
+    for (int m = lanes / 2; m > 0; m >>= 1) max = fmaxf(max, G4_SHFL_XOR(max, m));
     float sum = 0.0f;
     if (max != -INFINITY) {
-        for (int t = threadIdx.x; t < keys; t += blockDim.x) sum += expf(logit(t) - max);
+        for (int first = 0; first < keys; first += tile) {
+            if (!one_tile) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
+#pragma unroll
+            for (int i = 0; i < G4_SOFTMAX_VALUES; ++i) sum += expf(logits[i] - max);
+        }
     }
-    sum = g4_block_sum(sum);
-    T* out = probs + row * keys;
-    for (int t = threadIdx.x; t < keys; t += blockDim.x) {
-        out[t] = g4_from_f32<T>(max == -INFINITY ? 0.0f : expf(logit(t) - max) / sum);
+    for (int m = lanes / 2; m > 0; m >>= 1) sum += G4_SHFL_XOR(sum, m);
+    T* out = probs + (size_t)row * keys;
+    for (int first = 0; first < keys; first += tile) {
+        if (!one_tile) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
+#pragma unroll
+        for (int c = 0; c < G4_SOFTMAX_VALUES / VEC; ++c) {
+            const int t = first + (c * lanes + lane) * VEC;
+            if (t >= keys) continue;
+            Pack<T, VEC> p;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                p.v[e] = g4_from_f32<T>(max == -INFINITY ? 0.0f : expf(logits[c * VEC + e] - max) / sum);
+            }
+            *reinterpret_cast<Pack<T, VEC>*>(out + t) = p;
+        }
     }
 }
 
@@ -332,8 +381,13 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
         attention_merge<T>(partial_acc, partial_stats, out, d, splits);                                      \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_softmax_##NAME(const T* scores, const float* mask, T* probs,     \
-                                                           int seq, int keys, float scale) {                 \
+                                                           int rows, int seq, int keys, float scale) {       \
         G4_KERNEL_START();                                                                                   \
-        attention_softmax<T>(scores, mask, probs, seq, keys, scale);                                         \
+        attention_softmax<T, 1>(scores, mask, probs, rows, seq, keys, scale);                                \
+    }                                                                                                        \
+    extern "C" __global__ void g4_attention_softmax_vec_##NAME(const T* scores, const float* mask, T* probs, \
+                                                               int rows, int seq, int keys, float scale) {   \
+        G4_KERNEL_START();                                                                                   \
+        attention_softmax<T, 16 / sizeof(T)>(scores, mask, probs, rows, seq, keys, scale);                   \
     }
 G4_FOR_FLOAT_TYPES(G4_ATTENTION)

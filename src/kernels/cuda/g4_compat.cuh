@@ -76,6 +76,12 @@ template <> __device__ __forceinline__ g4_f16 g4_from_f32<g4_f16>(float x) { ret
 #endif
 
 // Rounds through T and back: reproduces where the composed arm stores an intermediate in T.
+// VEC elements of T loaded or stored as one access (16 bytes at VEC = 16 / sizeof(T)).
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC) Pack {
+    T v[VEC];
+};
+
 template <typename T> __device__ __forceinline__ float g4_round(float x) { return g4_to_f32(g4_from_f32<T>(x)); }
 
 // GELU, tanh approximation (gelu_pytorch_tanh).

@@ -425,6 +425,97 @@ pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tenso
     Ok(out)
 }
 
+/// Attention's `p·v` for every (batch, head) in one cuBLAS call over pointer arrays, each head's
+/// rows written into the token-major `[B, S, heads, D]` (see `native::probs_values_token_major`).
+/// Pointer arrays, not strides: a head reads its KV head's values, and no single stride between
+/// consecutive problems says that.
+pub fn probs_values_token_major(probs: &Tensor, v: &Tensor, seq: usize) -> Result<Tensor> {
+    use candle_core::cuda::cudarc::cublas::sys;
+    let dev = cuda_device(probs.device())?;
+    let stream = dev.cuda_stream();
+    let (batch, kv_heads, rows, keys) = probs.dims4()?;
+    let head_dim = v.dim(3)?;
+    let group = rows / seq.max(1);
+    let heads = kv_heads * group;
+    let v_stride = v.stride();
+    if v.dims() != [batch, kv_heads, keys, head_dim]
+        || rows != group * seq
+        || v_stride[2..] != [head_dim, 1]
+        || v.dtype() != probs.dtype()
+    {
+        candle_core::bail!(
+            "attention p·v: probs {:?} over {seq} queries and values {:?} (strides {v_stride:?}) do not fit",
+            probs.dims(),
+            v.dims()
+        );
+    }
+    let dtype = probs.dtype();
+    let data_type = match dtype {
+        DType::F32 => sys::cudaDataType_t::CUDA_R_32F,
+        DType::BF16 => sys::cudaDataType_t::CUDA_R_16BF,
+        DType::F16 => sys::cudaDataType_t::CUDA_R_16F,
+        other => candle_core::bail!("attention p·v has no {other:?} variant"),
+    };
+    let out = super::empty((batch, seq, heads, head_dim), dtype, probs.device())?;
+    if out.elem_count() == 0 {
+        return Ok(out);
+    }
+    let size = dtype.size_in_bytes() as u64;
+    let (p_base, v_base, out_base) = (
+        address(probs, false, &stream)?,
+        address(v, true, &stream)?,
+        address(&out, false, &stream)?,
+    );
+    // One array of 3·problems pointers, uploaded once: cuBLAS's A (values), B (probs), C (out).
+    let problems = batch * heads;
+    let mut pointers = vec![0u64; 3 * problems];
+    for b in 0..batch {
+        for h in 0..heads {
+            let (kv, i) = (h / group, b * heads + h);
+            pointers[i] = v_base + (b * v_stride[0] + kv * v_stride[1]) as u64 * size;
+            pointers[problems + i] = p_base
+                + ((b * kv_heads + kv) * rows + (h % group) * seq) as u64 * (keys as u64) * size;
+            pointers[2 * problems + i] =
+                out_base + ((b * seq * heads + h) * head_dim) as u64 * size;
+        }
+    }
+    let on_device = stream.clone_htod(&pointers).w()?;
+    let (array, _guard) = on_device.device_ptr(&stream);
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // Row-major C = P·V is column-major Cᵀ = Vᵀ·Pᵀ: cuBLAS's A is V (D × T, column-major), its B
+    // is P (T × S), its C is Cᵀ (D × S) with a row of `heads · D` between tokens.
+    // SAFETY: every pointer addresses a live tensor region sized by the shapes checked above; the
+    // pointer array lives to the end of this call and is freed in stream order after the launch.
+    let status = unsafe {
+        sys::cublasGemmBatchedEx(
+            *dev.cublas_handle().handle(),
+            sys::cublasOperation_t::CUBLAS_OP_N,
+            sys::cublasOperation_t::CUBLAS_OP_N,
+            head_dim as i32,
+            seq as i32,
+            keys as i32,
+            &alpha as *const f32 as *const _,
+            pointer_array(array),
+            data_type,
+            head_dim as i32,
+            pointer_array(array + (problems * 8) as u64),
+            data_type,
+            keys as i32,
+            &beta as *const f32 as *const _,
+            (array + (2 * problems * 8) as u64) as *const *mut std::ffi::c_void,
+            data_type,
+            (heads * head_dim) as i32,
+            problems as i32,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    };
+    if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        candle_core::bail!("cublasGemmBatchedEx (attention p·v) failed: {status:?}");
+    }
+    Ok(out)
+}
+
 /// A device address of a pointer array, as cuBLAS's pointer-array argument.
 fn pointer_array(address: u64) -> *const *const std::ffi::c_void {
     address as *const *const std::ffi::c_void

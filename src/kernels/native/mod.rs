@@ -461,6 +461,20 @@ pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tenso
     }
 }
 
+/// Attention's `p·v` for every head through the vendor BLAS, written token-major: `probs [B,
+/// kv_heads, group·S, T]` (contiguous; head `kv·group + g` owns rows `g·S ..`) and `v [B,
+/// kv_heads, T, D]` (contiguous rows) → `[B, S, heads, D]`.
+pub fn probs_values_token_major(probs: &Tensor, v: &Tensor, seq: usize) -> Result<Tensor> {
+    match probs.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::probs_values_token_major(probs, v, seq),
+        device => {
+            let _ = (v, seq);
+            candle_core::bail!("no vendor batched GEMM of this build drives {device:?}")
+        }
+    }
+}
+
 /// An output tensor for a kernel that writes every element: uninitialised on a GPU, zeros on
 /// the host; poisoned and guarded while a numerical check is armed ([`poison`]).
 pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
