@@ -82,44 +82,26 @@ pub struct PerLayerEmbeddings {
 pub enum TokenRows<'a> {
     /// Ids to gather from a device table.
     Ids(&'a Tensor),
-    /// Ids to gather from a host table, one layer's slice of each row at a time: the host
-    /// gathers and copies layer i+1's slice while the GPU runs layer i.
+    /// Ids to gather from a host table: each token's whole row (contiguous), gathered and
+    /// copied once per forward.
     HostIds(&'a [u32]),
     /// Whole rows already on the device (a decode step's staged row).
     Gathered(&'a Tensor),
 }
 
-/// One forward's per-layer inputs, `[1, S, 1, Dp]` for each layer.
-pub struct LayerInputs<'a> {
-    ple: &'a PerLayerEmbeddings,
-    parts: Parts<'a>,
-}
-
-enum Parts<'a> {
-    /// `[1, S, L, Dp]`: every layer's input, combined in one pass (a decode step, or a table on
-    /// the device): two launches per forward rather than two per layer.
-    Combined(Tensor),
-    /// The normed projected context `[1, S, L, Dp]`; each layer's token part is gathered from
-    /// the host table when the layer runs.
-    FromHost { context: Tensor, ids: &'a [u32] },
-}
+/// One forward's per-layer inputs, `[1, S, 1, Dp]` for each layer: every layer's, `[1, S, L,
+/// Dp]`, combined in one pass — two launches per forward rather than two per layer.
+pub struct LayerInputs(Tensor);
 
 /// (context + token part) × 2^−½ (§2.2).
 fn combine(context: &Tensor, token_part: &Tensor) -> Result<Tensor> {
     Ok(((context + token_part)? * 2f64.powf(-0.5))?)
 }
 
-impl LayerInputs<'_> {
+impl LayerInputs {
     /// Layer `i`'s input `[1, S, 1, Dp]`.
     pub fn layer(&self, i: usize) -> Result<Tensor> {
-        match &self.parts {
-            Parts::Combined(all) => Ok(all.narrow(2, i, 1)?),
-            Parts::FromHost { context, ids } => {
-                let context = context.narrow(2, i, 1)?;
-                let token_part = self.ple.host_slice(ids, i)?.reshape(context.shape())?;
-                combine(&context, &token_part)
-            }
-        }
+        Ok(self.0.narrow(2, i, 1)?)
     }
 }
 
@@ -195,20 +177,6 @@ impl PerLayerEmbeddings {
         }
     }
 
-    /// Layer `layer`'s slice of rows `ple_ids` (already mapped by `Gemma4::ple_id`) of the host
-    /// table, on the device `[S, Dp]` in the compute dtype, scaled.
-    fn host_slice(&self, ple_ids: &[u32], layer: usize) -> Result<Tensor> {
-        let Table::Host(rows) = &self.table else {
-            bail!("internal: the per-layer table is not in host memory");
-        };
-        let columns = layer * self.width..(layer + 1) * self.width;
-        let shape = (ple_ids.len(), self.width);
-        let slice = native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
-            rows.gather(&ple_ids[range], columns.clone(), out)
-        })?;
-        Ok((slice.to_dtype(self.dtype)? * self.table_scale)?)
-    }
-
     /// Writes the row of `ple_id` of a host table into `buffer` (`[1, L·Dp]`, stored dtype).
     pub fn stage_row(&self, ple_id: u32, buffer: &Tensor) -> Result<()> {
         let Table::Host(rows) = &self.table else {
@@ -221,12 +189,7 @@ impl PerLayerEmbeddings {
     }
 
     /// The per-layer inputs of one forward over `x0 [1, S, H]` (§2.2).
-    pub fn inputs<'a>(
-        &'a self,
-        rows: TokenRows<'a>,
-        x0: &Tensor,
-        config: &Config,
-    ) -> Result<LayerInputs<'a>> {
+    pub fn inputs(&self, rows: TokenRows, x0: &Tensor, config: &Config) -> Result<LayerInputs> {
         let layers = config.num_layers();
         let seq = x0.dim(1)?;
         let context = (self.model_projection.forward(x0)?
@@ -236,14 +199,19 @@ impl PerLayerEmbeddings {
         let whole_rows = match (rows, &self.table) {
             (TokenRows::Ids(ids), Table::Device(table)) => table.index_select(ids, 0)?,
             (TokenRows::Gathered(rows), Table::Host(_)) => rows.to_dtype(self.dtype)?,
-            (TokenRows::HostIds(ids), Table::Host(_)) => {
-                let parts = Parts::FromHost { context, ids };
-                return Ok(LayerInputs { ple: self, parts });
+            // Whole rows, one contiguous copy per token: gathering one layer's 512-byte slice of
+            // every row per layer took 42 scattered passes over the table and three launches
+            // per layer (E4B).
+            (TokenRows::HostIds(ids), Table::Host(rows)) => {
+                let shape = (ids.len(), rows.cols());
+                native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
+                    rows.gather(&ids[range], 0..rows.cols(), out)
+                })?
+                .to_dtype(self.dtype)?
             }
             _ => bail!("internal: per-layer rows do not match where the table is"),
         };
         let token_part = (whole_rows * self.table_scale)?.reshape((1, seq, layers, self.width))?;
-        let parts = Parts::Combined(combine(&context, &token_part)?);
-        Ok(LayerInputs { ple: self, parts })
+        Ok(LayerInputs(combine(&context, &token_part)?))
     }
 }

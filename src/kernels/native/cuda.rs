@@ -523,13 +523,15 @@ fn pointer_array(address: u64) -> *const *const std::ffi::c_void {
 
 /// Host→device copies go through pinned buffers: from pinned memory a copy is asynchronous
 /// (the host returns at once), and a ring of buffers lets the host fill the next ones while
-/// the GPU is still to read the last (a prefill uploads one per layer, ahead of the GPU).
-/// Larger copies go through in chunks of whole rows of about this size.
+/// the GPU is still to read the last (a prefill's per-layer rows go in two chunks). Larger
+/// copies go through in chunks of whole rows of about this size. The ring is allocated whole at
+/// the first upload: a buffer first met by a later prompt cost that prompt ≈ 6 ms of pinned
+/// allocation (E4B pp512 on the H200, the second prompt of a process).
 const STAGING_BYTES: usize = 8 << 20;
 const STAGING_BUFFERS: usize = 4;
 
 struct Staging {
-    buffers: [Option<StagingBuffer>; STAGING_BUFFERS],
+    buffers: Vec<StagingBuffer>,
     next: usize,
 }
 
@@ -541,6 +543,16 @@ struct Staging {
 struct StagingBuffer {
     host: candle_core::cuda::cudarc::driver::PinnedHostSlice<u8>,
     copied: candle_core::cuda::cudarc::driver::CudaEvent,
+}
+
+impl StagingBuffer {
+    fn new(stream: &candle_core::cuda::cudarc::driver::CudaStream, bytes: usize) -> Result<Self> {
+        Ok(StagingBuffer {
+            // SAFETY: a buffer is filled before any copy reads it (`upload_rows`).
+            host: unsafe { stream.context().alloc_pinned::<u8>(bytes) }.w()?,
+            copied: stream.context().new_event(None).w()?,
+        })
+    }
 }
 
 /// Fills the contiguous CUDA tensor `dst` (`rows` of `row_bytes`) from the host through the
@@ -563,27 +575,26 @@ pub fn upload_rows(
         .get_or_init(Default::default)
         .lock()
         .expect("staging lock");
-    let staging = all.entry(dev.id()).or_insert_with(|| Staging {
-        buffers: Default::default(),
-        next: 0,
-    });
+    let staging = match all.entry(dev.id()) {
+        std::collections::hash_map::Entry::Occupied(ring) => ring.into_mut(),
+        std::collections::hash_map::Entry::Vacant(slot) => {
+            let buffers = (0..STAGING_BUFFERS)
+                .map(|_| StagingBuffer::new(&stream, STAGING_BYTES))
+                .collect::<Result<Vec<_>>>()?;
+            slot.insert(Staging { buffers, next: 0 })
+        }
+    };
     for first in (0..rows).step_by(chunk_rows) {
         let range = first..(first + chunk_rows).min(rows);
         let len = range.len() * row_bytes;
-        let slot = &mut staging.buffers[staging.next];
+        let buffer = &mut staging.buffers[staging.next];
         staging.next = (staging.next + 1) % STAGING_BUFFERS;
-        if slot.as_ref().is_none_or(|b| b.host.len() < buffer_bytes) {
-            if let Some(old) = slot.as_ref() {
-                // Its last copy must be done before its pinned memory is freed.
-                old.copied.synchronize().w()?;
-            }
-            *slot = Some(StagingBuffer {
-                // SAFETY: the buffer is filled below before any copy reads it.
-                host: unsafe { stream.context().alloc_pinned::<u8>(buffer_bytes) }.w()?,
-                copied: stream.context().new_event(None).w()?,
-            });
+        if buffer.host.len() < buffer_bytes {
+            // Rows wider than a buffer: its last copy must be done before its pinned memory
+            // is freed.
+            buffer.copied.synchronize().w()?;
+            *buffer = StagingBuffer::new(&stream, buffer_bytes)?;
         }
-        let buffer = slot.as_mut().expect("allocated above");
         // Waits for the copy that last read this buffer (a new event: returns at once).
         buffer.copied.synchronize().w()?;
         fill(range, &mut buffer.host.as_mut_slice().w()?[..len])?;
