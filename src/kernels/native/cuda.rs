@@ -347,12 +347,7 @@ pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tenso
         );
     }
     let dtype = a.dtype();
-    let data_type = match dtype {
-        DType::F32 => sys::cudaDataType_t::CUDA_R_32F,
-        DType::BF16 => sys::cudaDataType_t::CUDA_R_16BF,
-        DType::F16 => sys::cudaDataType_t::CUDA_R_16F,
-        other => candle_core::bail!("grouped GEMM has no {other:?} variant"),
-    };
+    let data_type = cublas_data_type(dtype, "grouped GEMM")?;
     let out = super::empty((rows, n), dtype, a.device())?;
     let size = dtype.size_in_bytes() as u64;
     let (a_base, b_base, c_base) = (
@@ -450,12 +445,7 @@ pub fn probs_values_token_major(probs: &Tensor, v: &Tensor, seq: usize) -> Resul
         );
     }
     let dtype = probs.dtype();
-    let data_type = match dtype {
-        DType::F32 => sys::cudaDataType_t::CUDA_R_32F,
-        DType::BF16 => sys::cudaDataType_t::CUDA_R_16BF,
-        DType::F16 => sys::cudaDataType_t::CUDA_R_16F,
-        other => candle_core::bail!("attention p·v has no {other:?} variant"),
-    };
+    let data_type = cublas_data_type(dtype, "attention p·v")?;
     let out = super::empty((batch, seq, heads, head_dim), dtype, probs.device())?;
     if out.elem_count() == 0 {
         return Ok(out);
@@ -514,6 +504,20 @@ pub fn probs_values_token_major(probs: &Tensor, v: &Tensor, seq: usize) -> Resul
         candle_core::bail!("cublasGemmBatchedEx (attention p·v) failed: {status:?}");
     }
     Ok(out)
+}
+
+/// cuBLAS's name for a float dtype; `what` names the caller in the error.
+fn cublas_data_type(
+    dtype: DType,
+    what: &str,
+) -> Result<candle_core::cuda::cudarc::cublas::sys::cudaDataType_t> {
+    use candle_core::cuda::cudarc::cublas::sys::cudaDataType_t;
+    Ok(match dtype {
+        DType::F32 => cudaDataType_t::CUDA_R_32F,
+        DType::BF16 => cudaDataType_t::CUDA_R_16BF,
+        DType::F16 => cudaDataType_t::CUDA_R_16F,
+        other => candle_core::bail!("{what} has no {other:?} variant"),
+    })
 }
 
 /// A device address of a pointer array, as cuBLAS's pointer-array argument.
