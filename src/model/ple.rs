@@ -185,9 +185,7 @@ impl PerLayerEmbeddings {
         let Table::Host(rows) = &self.table else {
             bail!("internal: the per-layer table is on the device; it has no rows to stage");
         };
-        native::upload_rows(buffer, &mut |_, out| {
-            rows.gather(&[ple_id], 0..rows.cols(), out)
-        })?;
+        native::upload_rows(buffer, &mut |_, out| rows.gather(&[ple_id], out))?;
         Ok(())
     }
 
@@ -208,7 +206,7 @@ impl PerLayerEmbeddings {
             (TokenRows::HostIds(ids), Table::Host(rows)) => {
                 let shape = (ids.len(), rows.cols());
                 native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
-                    rows.gather(&ids[range], 0..rows.cols(), out)
+                    rows.gather(&ids[range], out)
                 })?
                 .to_dtype(self.dtype)?
             }

@@ -21,8 +21,9 @@ __device__ __forceinline__ int row_index(int i) {
     return ((i / R) * blockDim.x + threadIdx.x) * R + i % R;
 }
 
+// Whether a row (of any element type) moves in whole runs of T: 16-byte aligned, cols % R == 0.
 template <typename T>
-__device__ __forceinline__ bool whole_vectors(const T* row, int cols) {
+__device__ __forceinline__ bool whole_runs(const void* row, int cols) {
     return cols % (16 / sizeof(T)) == 0 && reinterpret_cast<size_t>(row) % 16 == 0;
 }
 
@@ -33,10 +34,10 @@ template <typename T, int V, typename S>
 __device__ __forceinline__ void load_row(const S* row, int cols, float (&v)[V]) {
     constexpr int R = 16 / sizeof(T), P = 16 / sizeof(S);
     static_assert(R % P == 0, "a run is whole 16-byte vectors of S");
-    const bool vectors = row && whole_vectors(row, cols) && cols % R == 0;
+    const bool vectors = row && whole_runs<T>(row, cols);
 #pragma unroll
     for (int c = 0; c < V / R; ++c) {
-        const int first = (c * blockDim.x + threadIdx.x) * R;
+        const int first = row_index<T>(c * R);
         if (vectors && first < cols) {
 #pragma unroll
             for (int q = 0; q < R / P; ++q) {
@@ -58,10 +59,10 @@ __device__ __forceinline__ void load_row(const S* row, int cols, float (&v)[V]) 
 template <int V, typename T>
 __device__ __forceinline__ void store_row(T* row, int cols, const float (&v)[V]) {
     constexpr int R = 16 / sizeof(T);
-    const bool vectors = whole_vectors(row, cols);
+    const bool vectors = whole_runs<T>(row, cols);
 #pragma unroll
     for (int c = 0; c < V / R; ++c) {
-        const int first = (c * blockDim.x + threadIdx.x) * R;
+        const int first = row_index<T>(c * R);
         if (first >= cols) continue;
         if (vectors) {
             Pack<T, R> p;
