@@ -150,10 +150,37 @@ const MAX_SPLITS: usize = 1024;
 /// Warps of the softmax kernel's block (one warp per score row).
 const SOFTMAX_WARPS: usize = 4;
 
+/// The flash kernel's block (`G4_FLASH_*` in attention.cu): 4 warps of 16 query rows, 128
+/// output columns, and tiles of 64 keys (32 at head_dim 512, whose rows take twice the shared
+/// memory); shared rows are padded by 8 elements.
+const FLASH_WARPS: usize = 4;
+const FLASH_QUERIES: usize = 64;
+const FLASH_DV: usize = 128;
+const FLASH_KEYS: usize = 64;
+const FLASH_WIDE_D: usize = 512;
+const FLASH_WIDE_KEYS: usize = 32;
+const FLASH_HEAD_DIMS: [usize; 3] = [128, 256, 512];
+fn flash_keys_per_tile(head_dim: usize) -> usize {
+    match head_dim >= FLASH_WIDE_D {
+        true => FLASH_WIDE_KEYS,
+        false => FLASH_KEYS,
+    }
+}
+/// Dynamic shared memory of a flash block (attention.cu's `FlashTiles`): q's tile, two stages
+/// of K, V and mask tiles, then one bit per key tile.
+fn flash_shared_bytes(head_dim: usize, key_tiles: usize) -> u32 {
+    let (row, keys) = (head_dim + 8, flash_keys_per_tile(head_dim));
+    let stage = keys * row * 2 + keys * (FLASH_DV + 8) * 2 + FLASH_QUERIES * (keys + 8) * 4;
+    (FLASH_QUERIES * row * 2 + 2 * stage + key_tiles.div_ceil(32) * 4) as u32
+}
+
+/// Warps of the mask's tile map kernel (one per query tile × key tile).
+const FLASH_MAP_WARPS: usize = 4;
+
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
 /// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
-/// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, cuBLAS's batched GEMMs
-/// around one softmax kernel.
+/// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, the flash kernel where it
+/// fits ([`flash_fits`]), else cuBLAS's batched GEMMs around one softmax kernel.
 fn native_fwd(
     q: &Tensor,
     k: &Tensor,
@@ -165,7 +192,10 @@ fn native_fwd(
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
     if seq > CUDA_KERNEL_MAX_QUERIES {
-        return gemm_fwd(q, k, v, mask, scale);
+        return match flash_fits(q, k, v) {
+            true => flash_fwd(q, k, v, mask, scale),
+            false => gemm_fwd(q, k, v, mask, scale),
+        };
     }
     let q = q.contiguous()?;
     if head_dim > NATIVE_MAX_HEAD_DIM {
@@ -240,7 +270,106 @@ fn native_fwd(
     Ok(out)
 }
 
-/// Long query blocks: cuBLAS's q·kᵀ, one kernel for its scale, f32 cast, mask and softmax
+/// Whether the flash kernel takes these: 16-bit floats, a head_dim it is built for, a CUDA GPU
+/// with the shared memory its block asks for (Hopper and the A100), and rows it can copy in
+/// 16-byte pieces (contiguous rows on 16-byte boundaries; K/V's heads and
+/// batches may be any whole number of such rows apart, as in a cache's views).
+fn flash_fits(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
+    let head_dim = q.dim(3).unwrap_or(0);
+    let rows_fit = |t: &Tensor, contiguous_rows: bool| {
+        let stride = t.stride();
+        stride[3] == 1
+            && (!contiguous_rows || stride[2] == head_dim)
+            && stride[..3].iter().all(|s| s.is_multiple_of(8))
+            && super::native::vector_aligned(t)
+    };
+    let key_tiles = k
+        .dim(2)
+        .unwrap_or(0)
+        .div_ceil(flash_keys_per_tile(head_dim));
+    let shared_fits = crate::device::max_shared_bytes_per_block(q.device())
+        .is_some_and(|most| flash_shared_bytes(head_dim, key_tiles) as usize <= most);
+    matches!(q.dtype(), DType::BF16 | DType::F16)
+        && FLASH_HEAD_DIMS.contains(&head_dim)
+        && shared_fits
+        && rows_fit(q, false)
+        && rows_fit(k, true)
+        && rows_fit(v, true)
+        && k.stride() == v.stride()
+}
+
+/// Long query blocks on CUDA in 16-bit floats: one kernel for scores, masked softmax and p·v
+/// per tile of keys, the output written token-major as [`gemm_fwd`]'s.
+fn flash_fwd(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
+    use super::native::{empty, kernel_name, launch, launch_with_shared, warp_lanes, Arg, Grid};
+    let (batch, heads, seq, head_dim) = q.dims4()?;
+    let (_, kv_heads, keys, _) = k.dims4()?;
+    let mask = mask
+        .map(|m| m.to_dtype(DType::F32)?.contiguous())
+        .transpose()?;
+    let (q_tiles, key_tiles) = (
+        seq.div_ceil(FLASH_QUERIES),
+        keys.div_ceil(flash_keys_per_tile(head_dim)),
+    );
+    let map = match &mask {
+        Some(mask) => {
+            let map = empty(q_tiles * key_tiles, DType::U8, q.device())?;
+            let tiles = q_tiles * key_tiles;
+            let args = [
+                Arg::Tensor(mask),
+                Arg::Tensor(&map),
+                Arg::I32(seq as i32),
+                Arg::I32(keys as i32),
+                Arg::I32(flash_keys_per_tile(head_dim) as i32),
+                Arg::I32(key_tiles as i32),
+                Arg::I32(tiles as i32),
+            ];
+            let grid = Grid::of_warps(tiles.div_ceil(FLASH_MAP_WARPS), FLASH_MAP_WARPS, 32);
+            launch("g4_flash_mask_map", q.device(), grid, &args)?;
+            Some(map)
+        }
+        None => None,
+    };
+    let out = empty((batch, seq, heads, head_dim), q.dtype(), q.device())?;
+    let (q_stride, kv_stride) = (q.stride(), k.stride());
+    let args = [
+        Arg::RowView(q),
+        Arg::RowView(k),
+        Arg::RowView(v),
+        Arg::OptionalTensor(mask.as_ref()),
+        Arg::OptionalTensor(map.as_ref()),
+        Arg::Tensor(&out),
+        Arg::I32(heads as i32),
+        Arg::I32(kv_heads as i32),
+        Arg::I32(seq as i32),
+        Arg::I32(keys as i32),
+        Arg::Usize(q_stride[0]),
+        Arg::Usize(q_stride[1]),
+        Arg::Usize(q_stride[2]),
+        Arg::Usize(kv_stride[0]),
+        Arg::Usize(kv_stride[1]),
+        Arg::F32(scale as f32),
+    ];
+    let blocks = batch * heads * q_tiles * (head_dim / FLASH_DV);
+    let grid = Grid::of_warps(blocks, FLASH_WARPS, warp_lanes(q.device()));
+    let name = kernel_name(&format!("flash_attention_d{head_dim}"), q.dtype())?;
+    launch_with_shared(
+        &name,
+        q.device(),
+        grid,
+        flash_shared_bytes(head_dim, key_tiles),
+        &args,
+    )?;
+    out.transpose(1, 2)
+}
+
+/// Long query blocks elsewhere: cuBLAS's q·kᵀ, one kernel for its scale, f32 cast, mask and softmax
 /// (`attention_softmax`, instead of five passes over f32 score matrices), then one cuBLAS call
 /// for p·v that writes each head's rows token-major (`[B, S, heads, D]` underneath the
 /// `[B, heads, S, D]` view returned), so the output projection reads it without a transpose
@@ -383,9 +512,14 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "q[8×1×512] kv[2×256] at position 69",
     },
     ShapePath {
-        shapes: "more than 16 queries (long prefill blocks)",
+        shapes: "more than 16 queries in bf16/f16 on CUDA, head_dim 128, 256 or 512",
+        path: "native: one flash kernel (tensor-core tiles, online softmax, hidden key tiles skipped), written token-major",
+        case: "q[8×100×256] kv[2×100]",
+    },
+    ShapePath {
+        shapes: "more than 16 queries otherwise (f32, other head sizes, HIP)",
         path: "native: cuBLAS's batched GEMMs around one masked-softmax kernel, p·v written token-major",
-        case: "q[4×24×128] kv[2×30] window 8",
+        case: "q[2×17×64] kv[1×1040] window 600",
     },
     ShapePath {
         shapes: "up to 16 queries with head_dim above 512",
@@ -426,6 +560,12 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         // tile of keys and over several.
         (8, 2, 24, 64, 256, Some(32), None, true),
         (2, 1, 17, 1040, 64, Some(600), None, true),
+        // The flash kernel's tiles: queries over two tiles (the second partial), keys over
+        // several with a partial last one, causal, and at head_dim 512 a window that hides
+        // whole tiles before the visible ones.
+        (8, 2, 100, 100, 256, None, None, true),
+        (4, 1, 70, 203, 512, Some(40), None, true),
+        (2, 2, 65, 65, 128, None, Some(64), false),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let spread = (d as f64).powf(-0.25) * 1.5;
@@ -527,6 +667,13 @@ mod tests {
         assert_eq!(WARPS_PER_BLOCK, define("G4_ATTN_WARPS"));
         assert_eq!(MAX_SPLITS, define("G4_ATTN_MAX_SPLITS"));
         assert_eq!(NATIVE_MAX_HEAD_DIM, define("G4_ATTN_MAX_D"));
+        assert_eq!(FLASH_WARPS, define("G4_FLASH_WARPS"));
+        assert_eq!(FLASH_QUERIES, define("G4_FLASH_QUERIES"));
+        assert_eq!(FLASH_DV, define("G4_FLASH_DV"));
+        assert_eq!(FLASH_KEYS, define("G4_FLASH_KEYS"));
+        assert_eq!(FLASH_WIDE_D, define("G4_FLASH_WIDE_D"));
+        assert_eq!(FLASH_WIDE_KEYS, define("G4_FLASH_WIDE_KEYS"));
+        assert_eq!(FLASH_MAP_WARPS, define("G4_FLASH_MAP_WARPS"));
     }
 
     /// A mask that is not `[S, T]` is refused by every arm (the native kernels would read a

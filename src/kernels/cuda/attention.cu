@@ -9,6 +9,7 @@
 // the hidden keys without touching K/V, so a mostly-empty cache buffer costs little. Lanes load
 // K/V rows 16 bytes at a time where the rows allow it (VectorRow below), else element by element.
 #include "g4_compat.cuh"
+#include "mma.cuh"
 
 #define G4_ATTN_MAX_D 512
 #define G4_ATTN_WARPS 4
@@ -391,3 +392,277 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
         attention_softmax<T, 16 / sizeof(T)>(scores, mask, probs, rows, seq, keys, scale);                   \
     }
 G4_FOR_FLOAT_TYPES(G4_ATTENTION)
+
+#if !defined(__HIPCC__)
+// Prefill attention in one kernel ("flash"): scores, softmax and p·v per tile of keys, on tensor
+// cores (mma.sync), with an online softmax in f32, so no score matrix is ever written. One block
+// of G4_FLASH_WARPS warps takes G4_FLASH_QUERIES query rows of one head (16 per warp) and
+// G4_FLASH_DV of its output columns: q·kᵀ runs over the whole head_dim in every block, which
+// keeps a warp's accumulators (16 rows × G4_FLASH_DV) in registers at head_dim 512 too. q's tile
+// stays in shared memory. Tiles of keys that no query of the block sees are skipped: the mask's
+// tile map (g4_flash_mask_map, one byte per query tile × key tile) says which; the visible ones
+// stream through two stages of shared memory (K, V and the mask's tile, by cp.async), the next
+// loading while the warps work on the current one. Keys past the end count as hidden; queries past
+// the end are computed and not written. Probabilities go through T (the mma's input)
+// unnormalised, and the row sum divides at the end, in f32. A row with no visible key attends to
+// nothing (zeros), as attention_softmax's rows do. out is token-major [B, S, heads, D].
+// CUDA only (mma.sync): HIP takes the GEMM path.
+#define G4_FLASH_QUERIES 64
+#define G4_FLASH_WARPS 4
+#define G4_FLASH_DV 128
+// Keys per tile; at head_dim 512 (G4_FLASH_WIDE_D) half as many, whose rows take twice the
+// shared memory.
+#define G4_FLASH_KEYS 64
+#define G4_FLASH_WIDE_D 512
+#define G4_FLASH_WIDE_KEYS 32
+#define G4_FLASH_MAP_WARPS 4
+
+// Shared memory: q's tile, then two stages of K, V and mask tiles, then the tile map's bits.
+// Rows are padded (8 elements) so that ldmatrix's eight rows of one 16-byte column, and a warp's
+// mask reads, fall in different banks.
+template <int D> struct FlashTiles {
+    static constexpr int keys = D >= G4_FLASH_WIDE_D ? G4_FLASH_WIDE_KEYS : G4_FLASH_KEYS;
+    static constexpr int row = D + 8;
+    static constexpr int v_row = G4_FLASH_DV + 8;
+    static constexpr int mask_row = keys + 8;
+    static constexpr int q_bytes = G4_FLASH_QUERIES * row * 2;
+    static constexpr int k_bytes = keys * row * 2, v_bytes = keys * v_row * 2;
+    static constexpr int stage_bytes = k_bytes + v_bytes + G4_FLASH_QUERIES * mask_row * 4;
+    static constexpr int shared_bytes = q_bytes + 2 * stage_bytes;
+};
+
+// map[qt · key_tiles + kt] = whether any query of tile qt sees any key of tile kt (`keys_per_tile`
+// keys): one warp per tile, lanes along the keys.
+extern "C" __global__ void g4_flash_mask_map(const float* mask, uint8_t* map, int seq, int keys, int keys_per_tile,
+                                             int key_tiles, int tiles) {
+    G4_KERNEL_START();
+    const int lane = threadIdx.x % 32, tile = blockIdx.x * G4_FLASH_MAP_WARPS + threadIdx.x / 32;
+    if (tile >= tiles) return;
+    const int q0 = tile / key_tiles * G4_FLASH_QUERIES, k0 = tile % key_tiles * keys_per_tile;
+    const int rows = min(G4_FLASH_QUERIES, seq - q0), end = min(keys, k0 + keys_per_tile);
+    bool visible = false;
+    for (int col = k0 + lane; col < end; col += 32) {
+#pragma unroll 8
+        for (int r = 0; r < rows; ++r) visible |= mask[(size_t)(q0 + r) * keys + col] != -INFINITY;
+    }
+    const unsigned any = __ballot_sync(0xffffffffu, visible);
+    if (lane == 0) map[tile] = any != 0;
+}
+
+template <typename T, int D>
+__device__ void flash_attention(const T* q, const T* k, const T* v, const float* mask, const uint8_t* map, T* out,
+                                int heads, int kv_heads, int seq, int keys, size_t q_batch_stride,
+                                size_t q_head_stride, size_t q_row_stride, size_t kv_batch_stride,
+                                size_t kv_head_stride, float scale) {
+    typedef FlashTiles<D> Tiles;
+    constexpr int BK = Tiles::keys, ROW = Tiles::row, V_ROW = Tiles::v_row, MASK_ROW = Tiles::mask_row;
+    constexpr int CHUNKS = D / G4_FLASH_DV, N_TILES = G4_FLASH_DV / 8;
+    constexpr int THREADS = G4_FLASH_WARPS * 32, ROW_CHUNKS = D / 8, V_CHUNKS = G4_FLASH_DV / 8;
+    extern __shared__ __align__(128) unsigned char flash_shared[];
+    T* q_tile = reinterpret_cast<T*>(flash_shared);
+    auto k_tile = [&](int stage) { return reinterpret_cast<T*>(flash_shared + Tiles::q_bytes + stage * Tiles::stage_bytes); };
+    auto v_tile = [&](int stage) { return reinterpret_cast<T*>(flash_shared + Tiles::q_bytes + stage * Tiles::stage_bytes + Tiles::k_bytes); };
+    auto mask_tile = [&](int stage) {
+        return reinterpret_cast<float*>(flash_shared + Tiles::q_bytes + stage * Tiles::stage_bytes + Tiles::k_bytes + Tiles::v_bytes);
+    };
+    unsigned* visible_bits = reinterpret_cast<unsigned*>(flash_shared + Tiles::shared_bytes);
+    // Blocks in order of (batch, head, query tile from the last, column chunk): the last query
+    // tiles see the most keys under a causal mask, so they start first.
+    const int q_tiles = (seq + G4_FLASH_QUERIES - 1) / G4_FLASH_QUERIES, key_tiles = (keys + BK - 1) / BK;
+    int block = blockIdx.x;
+    const int chunk = block % CHUNKS;
+    block /= CHUNKS;
+    const int q_tile_index = q_tiles - 1 - block % q_tiles, q0 = q_tile_index * G4_FLASH_QUERIES;
+    block /= q_tiles;
+    const int h = block % heads, b = block / heads;
+    const int kv_h = h / (heads / kv_heads), dv0 = chunk * G4_FLASH_DV;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const T* q_rows = q + b * q_batch_stride + h * q_head_stride;
+    const T* k_rows = k + b * kv_batch_stride + kv_h * kv_head_stride;
+    const T* v_rows = v + b * kv_batch_stride + kv_h * kv_head_stride;
+    const bool mask_vectors = keys % 4 == 0 && (uintptr_t)mask % 16 == 0;
+
+    for (int i = tid; i < G4_FLASH_QUERIES * ROW_CHUNKS; i += THREADS) {
+        const int r = i / ROW_CHUNKS, c = i % ROW_CHUNKS;
+        const bool valid = q0 + r < seq;
+        g4_cp_async16(q_tile + r * ROW + c * 8, q_rows + (valid ? (q0 + r) * q_row_stride : 0) + c * 8, valid);
+    }
+    g4_cp_async_commit();
+    // The visible key tiles of this query tile, one bit each.
+    const int words = (key_tiles + 31) / 32;
+    if (mask != nullptr) {
+        for (int w = warp; w < words; w += G4_FLASH_WARPS) {
+            const int kt = 32 * w + lane;
+            const unsigned bits = __ballot_sync(0xffffffffu, kt < key_tiles && map[(size_t)q_tile_index * key_tiles + kt]);
+            if (lane == 0) visible_bits[w] = bits;
+        }
+        __syncthreads();
+    }
+    auto next_visible = [&](int after) {  // the first visible key tile past `after`; key_tiles: none
+        const int first = after + 1;
+        if (mask == nullptr || first >= key_tiles) return min(first, key_tiles);
+        int w = first / 32;
+        unsigned bits = visible_bits[w] & (~0u << (first % 32));
+        while (bits == 0 && ++w < words) bits = visible_bits[w];
+        return bits == 0 ? key_tiles : 32 * w + __ffs(bits) - 1;
+    };
+    auto load_stage = [&](int stage, int kt) {
+        const int k0 = kt * BK;
+        T* ks = k_tile(stage);
+        T* vs = v_tile(stage);
+        for (int i = tid; i < BK * ROW_CHUNKS; i += THREADS) {
+            const int r = i / ROW_CHUNKS, c = i % ROW_CHUNKS;
+            const bool valid = k0 + r < keys;
+            g4_cp_async16(ks + r * ROW + c * 8, k_rows + (valid ? (size_t)(k0 + r) * D : 0) + c * 8, valid);
+        }
+        for (int i = tid; i < BK * V_CHUNKS; i += THREADS) {
+            const int r = i / V_CHUNKS, c = i % V_CHUNKS;
+            const bool valid = k0 + r < keys;
+            g4_cp_async16(vs + r * V_ROW + c * 8, v_rows + (valid ? (size_t)(k0 + r) * D : 0) + dv0 + c * 8, valid);
+        }
+        if (mask == nullptr) return;
+        float* ms = mask_tile(stage);
+        constexpr int MASK_CHUNKS = BK / 4;
+        for (int i = tid; i < G4_FLASH_QUERIES * MASK_CHUNKS; i += THREADS) {
+            const int r = i / MASK_CHUNKS, col = k0 + i % MASK_CHUNKS * 4;
+            float* dst = ms + r * MASK_ROW + i % MASK_CHUNKS * 4;
+            const float* src = mask + (size_t)(q0 + r) * keys + col;
+            if (mask_vectors) {
+                const bool valid = q0 + r < seq && col < keys;
+                g4_cp_async16(dst, valid ? src : mask, valid);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dst[e] = q0 + r < seq && col + e < keys ? src[e] : 0.0f;
+            }
+        }
+    };
+
+    const float log2e = 1.4426950408889634f, log2_scale = scale * log2e;
+    const int row_in_tile = warp * 16 + lane / 4;  // this lane's rows: row_in_tile and 8 more
+    float acc[N_TILES][4];
+#pragma unroll
+    for (int n = 0; n < N_TILES; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    int kt = next_visible(-1), stage = 0;
+    if (kt < key_tiles) load_stage(0, kt);
+    g4_cp_async_commit();
+    while (kt < key_tiles) {
+        const int next = next_visible(kt);
+        if (next < key_tiles) load_stage(stage ^ 1, next);
+        g4_cp_async_commit();
+        g4_cp_async_wait<1>();  // q and this stage
+        __syncthreads();
+        const T* ks = k_tile(stage);
+        const T* vs = v_tile(stage);
+        const float* ms = mask_tile(stage);
+        const int k0 = kt * BK;
+
+        float s[BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < BK / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll 4
+        for (int kk = 0; kk < D / 16; ++kk) {
+            unsigned a[4];
+            g4_ldmatrix_x4(a, q_tile + (warp * 16 + lane % 16) * ROW + kk * 16 + lane / 16 * 8);
+#pragma unroll
+            for (int j = 0; j < BK / 16; ++j) {
+                unsigned b[4];
+                g4_ldmatrix_x4(b, ks + (16 * j + lane % 8 + lane / 16 * 8) * ROW + kk * 16 + lane / 8 % 2 * 8);
+                g4_mma_16816<T>(s[2 * j], a, b[0], b[1]);
+                g4_mma_16816<T>(s[2 * j + 1], a, b[2], b[3]);
+            }
+        }
+        // Scores in log2 units, masked; a row's four lanes (lane % 4) share its maximum.
+        float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < BK / 8; ++j) {
+            const int col = 8 * j + 2 * (lane % 4);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float2 bias = make_float2(0.0f, 0.0f);
+                if (mask != nullptr) bias = *reinterpret_cast<const float2*>(ms + (row_in_tile + 8 * half) * MASK_ROW + col);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const float value = k0 + col + e < keys ? s[j][2 * half + e] * log2_scale + (e ? bias.y : bias.x) * log2e
+                                                            : -INFINITY;
+                    s[j][2 * half + e] = value;
+                    tile_max[half] = fmaxf(tile_max[half], value);
+                }
+            }
+        }
+        float base[2], correction[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            tile_max[half] = fmaxf(tile_max[half], G4_SHFL_XOR(tile_max[half], 1));
+            tile_max[half] = fmaxf(tile_max[half], G4_SHFL_XOR(tile_max[half], 2));
+            const float new_max = fmaxf(row_max[half], tile_max[half]);
+            base[half] = new_max == -INFINITY ? 0.0f : new_max;  // no key seen yet: every p is 0
+            correction[half] = exp2f(row_max[half] - base[half]);
+            row_max[half] = new_max;
+            row_sum[half] *= correction[half];
+        }
+#pragma unroll
+        for (int n = 0; n < N_TILES; ++n) {
+            acc[n][0] *= correction[0];
+            acc[n][1] *= correction[0];
+            acc[n][2] *= correction[1];
+            acc[n][3] *= correction[1];
+        }
+#pragma unroll
+        for (int j = 0; j < BK / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[j][e] = exp2f(s[j][e] - base[e / 2]);
+                row_sum[e / 2] += s[j][e];
+            }
+        }
+        // p·v: the scores' accumulator layout is the A fragment's, two 8-key tiles per 16 keys.
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+            const unsigned a[4] = {g4_pack2<T>(s[2 * kk][0], s[2 * kk][1]), g4_pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                   g4_pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   g4_pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < N_TILES / 2; ++n) {
+                unsigned b[4];
+                g4_ldmatrix_x4_trans(b, vs + (16 * kk + lane % 8 + lane / 8 % 2 * 8) * V_ROW + 16 * n + lane / 16 * 8);
+                g4_mma_16816<T>(acc[2 * n], a, b[0], b[1]);
+                g4_mma_16816<T>(acc[2 * n + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();  // every warp is done with this stage before the next load refills it
+        kt = next;
+        stage ^= 1;
+    }
+    g4_cp_async_wait<0>();  // q's copy, when no tile was visible
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        row_sum[half] += G4_SHFL_XOR(row_sum[half], 1);
+        row_sum[half] += G4_SHFL_XOR(row_sum[half], 2);
+        const int row = q0 + row_in_tile + 8 * half;
+        if (row >= seq) continue;
+        const float inverse = row_sum[half] > 0.0f ? 1.0f / row_sum[half] : 0.0f;
+        T* out_row = out + (((size_t)b * seq + row) * heads + h) * D + dv0 + 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < N_TILES; ++n) {
+            *reinterpret_cast<unsigned*>(out_row + 8 * n) =
+                g4_pack2<T>(acc[n][2 * half] * inverse, acc[n][2 * half + 1] * inverse);
+        }
+    }
+}
+
+#define G4_FLASH_ATTENTION(NAME, T, D)                                                                              \
+    extern "C" __global__ void __launch_bounds__(G4_FLASH_WARPS * 32)                                             \
+        g4_flash_attention_d##D##_##NAME(const T* q, const T* k, const T* v, const float* mask, const uint8_t* map, \
+                                         T* out, int heads, int kv_heads, int seq, int keys,                     \
+                                         size_t q_batch_stride, size_t q_head_stride, size_t q_row_stride,       \
+                                         size_t kv_batch_stride, size_t kv_head_stride, float scale) {           \
+        G4_KERNEL_START();                                                                                          \
+        flash_attention<T, D>(q, k, v, mask, map, out, heads, kv_heads, seq, keys, q_batch_stride,                \
+                              q_head_stride, q_row_stride, kv_batch_stride, kv_head_stride, scale);              \
+    }
+#define G4_FLASH_ATTENTION_SIZES(NAME, T) \
+    G4_FLASH_ATTENTION(NAME, T, 128) G4_FLASH_ATTENTION(NAME, T, 256) G4_FLASH_ATTENTION(NAME, T, 512)
+G4_FLASH_ATTENTION_SIZES(bf16, g4_bf16)
+G4_FLASH_ATTENTION_SIZES(f16, g4_f16)
+#endif

@@ -4,6 +4,7 @@
 // hipcc does not have: CUDA only (the HIP build takes the host-sorted path).
 #include "g4_compat.cuh"
 #include "e4m3.cuh"
+#include "mma.cuh"
 
 #if !defined(__HIPCC__)
 
@@ -112,33 +113,6 @@ extern "C" __global__ void __launch_bounds__(1024)
 
 __device__ __forceinline__ int grouped_swizzled(int row, int chunk) { return row * G4_GROUPED_BK + ((chunk ^ (row & 7)) << 3); }
 
-__device__ __forceinline__ void grouped_cp_async16(void* shared, const void* global, bool valid) {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-                 "r"(valid ? 16 : 0));  // 0 bytes read: the 16 are zero-filled
-}
-
-__device__ __forceinline__ void grouped_ldmatrix_x4(unsigned (&r)[4], const void* shared) {
-    const unsigned address = (unsigned)__cvta_generic_to_shared(shared);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(address));
-}
-
-template <typename T> __device__ __forceinline__ void grouped_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
-template <>
-__device__ __forceinline__ void grouped_mma<g4_bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void grouped_mma<g4_f16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Eight values as one 16-byte vector of T.
 template <typename T> __device__ __forceinline__ uint4 grouped_pack8(const float* v) {
     uint4 packed;
@@ -209,7 +183,7 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const W
             const bool x_k_valid = k0 + chunk * 8 < k;
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                grouped_cp_async16(xs + grouped_swizzled(tid / 8 + 32 * i, chunk), x_src[i] + (x_k_valid ? k0 : 0),
+                g4_cp_async16(xs + grouped_swizzled(tid / 8 + 32 * i, chunk), x_src[i] + (x_k_valid ? k0 : 0),
                                    x_valid[i] && x_k_valid);
             }
             const bool w_k_valid = k0 + w_chunk * (16 / (int)sizeof(W)) < k;
@@ -219,7 +193,7 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const W
                 // e4m3 rows stay raw (64 bytes, unswizzled) until they are decoded.
                 void* dst = FP8 ? (void*)(base + G4_GROUPED_X_TILE + s * G4_GROUPED_BK + w_chunk * 16)
                                 : (void*)(reinterpret_cast<T*>(base + G4_GROUPED_X_TILE) + grouped_swizzled(s, w_chunk));
-                grouped_cp_async16(dst, w_src[i] + (w_k_valid ? k0 : 0), w_valid[i] && w_k_valid);
+                g4_cp_async16(dst, w_src[i] + (w_k_valid ? k0 : 0), w_valid[i] && w_k_valid);
             }
         };
         // 16-row fragments of routed rows this warp has (the same in every lane).
@@ -236,14 +210,14 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const W
 #pragma unroll
         for (int s = 0; s < G4_GROUPED_STAGES - 1; ++s) {
             if (s < k_tiles) load(s, s);
-            asm volatile("cp.async.commit_group;\n" ::);
+            g4_cp_async_commit();
         }
         for (int kt = 0; kt < k_tiles; ++kt) {
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(G4_GROUPED_STAGES - 2));
+            g4_cp_async_wait<G4_GROUPED_STAGES - 2>();
             __syncthreads();
             const int next = kt + G4_GROUPED_STAGES - 1;
             if (next < k_tiles) load(next % G4_GROUPED_STAGES, next);
-            asm volatile("cp.async.commit_group;\n" ::);
+            g4_cp_async_commit();
             const unsigned char* base = grouped_shared + (kt % G4_GROUPED_STAGES) * STAGE_BYTES;
             const T* xs = reinterpret_cast<const T*>(base);
             const T* ws = reinterpret_cast<const T*>(base + G4_GROUPED_X_TILE);
@@ -267,17 +241,17 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const W
                 for (int ks = 0; ks < G4_GROUPED_BK / 16; ++ks) {
                     unsigned b[2][4];
                     const int w_row = lane % 8 + lane / 16 * 8, w_chunk_read = 2 * ks + lane / 8 % 2;
-                    grouped_ldmatrix_x4(b[0], ws + grouped_swizzled(w_group0 + w_row, w_chunk_read));
-                    grouped_ldmatrix_x4(b[1], ws + grouped_swizzled(w_group1 + w_row, w_chunk_read));
+                    g4_ldmatrix_x4(b[0], ws + grouped_swizzled(w_group0 + w_row, w_chunk_read));
+                    g4_ldmatrix_x4(b[1], ws + grouped_swizzled(w_group1 + w_row, w_chunk_read));
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
                         if (i < fragments) {
                             unsigned a[4];
-                            grouped_ldmatrix_x4(a, xs + grouped_swizzled(warp_rows + 16 * i + lane % 16, 2 * ks + lane / 16));
+                            g4_ldmatrix_x4(a, xs + grouped_swizzled(warp_rows + 16 * i + lane % 16, 2 * ks + lane / 16));
 #pragma unroll
                             for (int j = 0; j < 2; ++j) {
-                                grouped_mma<T>(acc[i][2 * j], a, b[j][0], b[j][1]);
-                                grouped_mma<T>(acc[i][2 * j + 1], a, b[j][2], b[j][3]);
+                                g4_mma_16816<T>(acc[i][2 * j], a, b[j][0], b[j][1]);
+                                g4_mma_16816<T>(acc[i][2 * j + 1], a, b[j][2], b[j][3]);
                             }
                         }
                     }
@@ -314,7 +288,7 @@ __device__ void moe_grouped_gemm(const T* x, const uint32_t* row_tokens, const W
             }
         }
         // The next pass refills every stage.
-        asm volatile("cp.async.wait_group 0;\n" ::);
+        g4_cp_async_wait<0>();
         __syncthreads();
     }
 }

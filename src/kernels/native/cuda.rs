@@ -281,6 +281,7 @@ pub fn empty(shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
             DType::BF16 => CudaStorageSlice::BF16(dev.alloc::<half::bf16>(n)?),
             DType::F16 => CudaStorageSlice::F16(dev.alloc::<half::f16>(n)?),
             DType::U32 => CudaStorageSlice::U32(dev.alloc::<u32>(n)?),
+            DType::U8 => CudaStorageSlice::U8(dev.alloc::<u8>(n)?),
             other => candle_core::bail!("cannot allocate a {other:?} kernel output"),
         }
     };
