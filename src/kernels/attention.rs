@@ -150,32 +150,41 @@ const MAX_SPLITS: usize = 1024;
 /// Warps of the softmax kernel's block (one warp per score row).
 const SOFTMAX_WARPS: usize = 4;
 
-/// The flash kernel's block (`G4_FLASH_*` in attention.cu): 4 warps of 16 query rows, 128
-/// output columns, and tiles of 64 keys (32 at head_dim 512, whose rows take twice the shared
-/// memory); shared rows are padded by 8 elements.
+/// The flash kernel's block (`G4_FLASH_*` in attention.cu): 4 warps of 16 query rows, tiles of
+/// 32 keys, and 128 output columns (256 at head_dim 512); shared rows are padded by 8 elements.
 const FLASH_WARPS: usize = 4;
 const FLASH_QUERIES: usize = 64;
+const FLASH_KEYS: usize = 32;
 const FLASH_DV: usize = 128;
-const FLASH_KEYS: usize = 64;
 const FLASH_WIDE_D: usize = 512;
-const FLASH_WIDE_KEYS: usize = 32;
+const FLASH_WIDE_DV: usize = 256;
 const FLASH_HEAD_DIMS: [usize; 3] = [128, 256, 512];
-fn flash_keys_per_tile(head_dim: usize) -> usize {
+/// Output columns per block at `head_dim`.
+fn flash_columns(head_dim: usize) -> usize {
     match head_dim >= FLASH_WIDE_D {
-        true => FLASH_WIDE_KEYS,
-        false => FLASH_KEYS,
+        true => FLASH_WIDE_DV,
+        false => FLASH_DV,
     }
 }
+
 /// Dynamic shared memory of a flash block (attention.cu's `FlashTiles`): q's tile, two stages
 /// of K, V and mask tiles, then one bit per key tile.
 fn flash_shared_bytes(head_dim: usize, key_tiles: usize) -> u32 {
-    let (row, keys) = (head_dim + 8, flash_keys_per_tile(head_dim));
-    let stage = keys * row * 2 + keys * (FLASH_DV + 8) * 2 + FLASH_QUERIES * (keys + 8) * 4;
+    let row = head_dim + 8;
+    let stage = FLASH_KEYS * row * 2
+        + FLASH_KEYS * (flash_columns(head_dim) + 8) * 2
+        + FLASH_QUERIES * (FLASH_KEYS + 8) * 4;
     (FLASH_QUERIES * row * 2 + 2 * stage + key_tiles.div_ceil(32) * 4) as u32
 }
 
-/// Warps of the mask's tile map kernel (one per query tile × key tile).
-const FLASH_MAP_WARPS: usize = 4;
+/// Threads of the mask's tile map kernel (one block per query tile × key tile).
+const FLASH_MAP_THREADS: u32 = 128;
+/// Blocks a flash launch aims for: with fewer query tiles than that (a 512-token prefill of 8
+/// heads has 128 blocks), each query tile's visible key tiles are split over several blocks
+/// and a merge kernel combines them.
+const FLASH_TARGET_BLOCKS: usize = 512;
+/// Warps of the merge kernel's block (one per output row).
+const FLASH_MERGE_WARPS: usize = 4;
 
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
 /// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
@@ -283,10 +292,7 @@ fn flash_fits(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
             && stride[..3].iter().all(|s| s.is_multiple_of(8))
             && super::native::vector_aligned(t)
     };
-    let key_tiles = k
-        .dim(2)
-        .unwrap_or(0)
-        .div_ceil(flash_keys_per_tile(head_dim));
+    let key_tiles = k.dim(2).unwrap_or(0).div_ceil(FLASH_KEYS);
     let shared_fits = crate::device::max_shared_bytes_per_block(q.device())
         .is_some_and(|most| flash_shared_bytes(head_dim, key_tiles) as usize <= most);
     matches!(q.dtype(), DType::BF16 | DType::F16)
@@ -313,30 +319,39 @@ fn flash_fwd(
     let mask = mask
         .map(|m| m.to_dtype(DType::F32)?.contiguous())
         .transpose()?;
-    let (q_tiles, key_tiles) = (
-        seq.div_ceil(FLASH_QUERIES),
-        keys.div_ceil(flash_keys_per_tile(head_dim)),
-    );
+    let (q_tiles, key_tiles) = (seq.div_ceil(FLASH_QUERIES), keys.div_ceil(FLASH_KEYS));
     let map = match &mask {
         Some(mask) => {
             let map = empty(q_tiles * key_tiles, DType::U8, q.device())?;
-            let tiles = q_tiles * key_tiles;
             let args = [
                 Arg::Tensor(mask),
                 Arg::Tensor(&map),
                 Arg::I32(seq as i32),
                 Arg::I32(keys as i32),
-                Arg::I32(flash_keys_per_tile(head_dim) as i32),
                 Arg::I32(key_tiles as i32),
-                Arg::I32(tiles as i32),
             ];
-            let grid = Grid::of_warps(tiles.div_ceil(FLASH_MAP_WARPS), FLASH_MAP_WARPS, 32);
+            let grid = Grid {
+                blocks: (q_tiles * key_tiles) as u32,
+                threads: FLASH_MAP_THREADS,
+            };
             launch("g4_flash_mask_map", q.device(), grid, &args)?;
             Some(map)
         }
         None => None,
     };
     let out = empty((batch, seq, heads, head_dim), q.dtype(), q.device())?;
+    let blocks = batch * heads * q_tiles * (head_dim / flash_columns(head_dim));
+    let splits = FLASH_TARGET_BLOCKS
+        .div_ceil(blocks)
+        .clamp(1, key_tiles.max(1));
+    let rows = batch * seq * heads;
+    let (partial_acc, partial_stats) = match splits > 1 {
+        true => (
+            Some(empty(splits * rows * head_dim, DType::F32, q.device())?),
+            Some(empty(splits * rows * 2, DType::F32, q.device())?),
+        ),
+        false => (None, None),
+    };
     let (q_stride, kv_stride) = (q.stride(), k.stride());
     let args = [
         Arg::RowView(q),
@@ -345,6 +360,9 @@ fn flash_fwd(
         Arg::OptionalTensor(mask.as_ref()),
         Arg::OptionalTensor(map.as_ref()),
         Arg::Tensor(&out),
+        Arg::OptionalTensor(partial_acc.as_ref()),
+        Arg::OptionalTensor(partial_stats.as_ref()),
+        Arg::I32(batch as i32),
         Arg::I32(heads as i32),
         Arg::I32(kv_heads as i32),
         Arg::I32(seq as i32),
@@ -355,9 +373,9 @@ fn flash_fwd(
         Arg::Usize(kv_stride[0]),
         Arg::Usize(kv_stride[1]),
         Arg::F32(scale as f32),
+        Arg::I32(splits as i32),
     ];
-    let blocks = batch * heads * q_tiles * (head_dim / FLASH_DV);
-    let grid = Grid::of_warps(blocks, FLASH_WARPS, warp_lanes(q.device()));
+    let grid = Grid::of_warps(blocks * splits, FLASH_WARPS, warp_lanes(q.device()));
     let name = kernel_name(&format!("flash_attention_d{head_dim}"), q.dtype())?;
     launch_with_shared(
         &name,
@@ -366,6 +384,23 @@ fn flash_fwd(
         flash_shared_bytes(head_dim, key_tiles),
         &args,
     )?;
+    if let (Some(partial_acc), Some(partial_stats)) = (&partial_acc, &partial_stats) {
+        let args = [
+            Arg::Tensor(partial_acc),
+            Arg::Tensor(partial_stats),
+            Arg::Tensor(&out),
+            Arg::I32(rows as i32),
+            Arg::I32(head_dim as i32),
+            Arg::I32(splits as i32),
+        ];
+        let grid = Grid::of_warps(rows.div_ceil(FLASH_MERGE_WARPS), FLASH_MERGE_WARPS, 32);
+        launch(
+            &kernel_name("flash_merge", q.dtype())?,
+            q.device(),
+            grid,
+            &args,
+        )?;
+    }
     out.transpose(1, 2)
 }
 
@@ -669,11 +704,12 @@ mod tests {
         assert_eq!(NATIVE_MAX_HEAD_DIM, define("G4_ATTN_MAX_D"));
         assert_eq!(FLASH_WARPS, define("G4_FLASH_WARPS"));
         assert_eq!(FLASH_QUERIES, define("G4_FLASH_QUERIES"));
-        assert_eq!(FLASH_DV, define("G4_FLASH_DV"));
         assert_eq!(FLASH_KEYS, define("G4_FLASH_KEYS"));
+        assert_eq!(FLASH_DV, define("G4_FLASH_DV"));
         assert_eq!(FLASH_WIDE_D, define("G4_FLASH_WIDE_D"));
-        assert_eq!(FLASH_WIDE_KEYS, define("G4_FLASH_WIDE_KEYS"));
-        assert_eq!(FLASH_MAP_WARPS, define("G4_FLASH_MAP_WARPS"));
+        assert_eq!(FLASH_WIDE_DV, define("G4_FLASH_WIDE_DV"));
+        assert_eq!(FLASH_MAP_THREADS as usize, define("G4_FLASH_MAP_THREADS"));
+        assert_eq!(FLASH_MERGE_WARPS, define("G4_FLASH_MERGE_WARPS"));
     }
 
     /// A mask that is not `[S, T]` is refused by every arm (the native kernels would read a

@@ -396,9 +396,9 @@ G4_FOR_FLOAT_TYPES(G4_ATTENTION)
 #if !defined(__HIPCC__)
 // Prefill attention in one kernel ("flash"): scores, softmax and p·v per tile of keys, on tensor
 // cores (mma.sync), with an online softmax in f32, so no score matrix is ever written. One block
-// of G4_FLASH_WARPS warps takes G4_FLASH_QUERIES query rows of one head (16 per warp) and
-// G4_FLASH_DV of its output columns: q·kᵀ runs over the whole head_dim in every block, which
-// keeps a warp's accumulators (16 rows × G4_FLASH_DV) in registers at head_dim 512 too. q's tile
+// of G4_FLASH_WARPS warps takes G4_FLASH_QUERIES query rows of one head (16 per warp) and some
+// of its output columns: q·kᵀ runs over the whole head_dim in every block, which keeps a warp's
+// accumulators (16 rows × its columns) in registers at head_dim 512 too. q's tile
 // stays in shared memory. Tiles of keys that no query of the block sees are skipped: the mask's
 // tile map (g4_flash_mask_map, one byte per query tile × key tile) says which; the visible ones
 // stream through two stages of shared memory (K, V and the mask's tile, by cp.async), the next
@@ -409,21 +409,22 @@ G4_FOR_FLOAT_TYPES(G4_ATTENTION)
 // CUDA only (mma.sync): HIP takes the GEMM path.
 #define G4_FLASH_QUERIES 64
 #define G4_FLASH_WARPS 4
+#define G4_FLASH_KEYS 32
+// Output columns per block: at head_dim 512 (G4_FLASH_WIDE_D) half the head, which halves the
+// blocks that recompute its scores; below it, 128, so that an E4B prefill (8 heads) still has a
+// block per multiprocessor.
 #define G4_FLASH_DV 128
-// Keys per tile; at head_dim 512 (G4_FLASH_WIDE_D) half as many, whose rows take twice the
-// shared memory.
-#define G4_FLASH_KEYS 64
 #define G4_FLASH_WIDE_D 512
-#define G4_FLASH_WIDE_KEYS 32
-#define G4_FLASH_MAP_WARPS 4
+#define G4_FLASH_WIDE_DV 256
 
 // Shared memory: q's tile, then two stages of K, V and mask tiles, then the tile map's bits.
 // Rows are padded (8 elements) so that ldmatrix's eight rows of one 16-byte column, and a warp's
-// mask reads, fall in different banks.
+// mask reads, fall in different banks. Two blocks fit a multiprocessor up to head_dim 256.
 template <int D> struct FlashTiles {
-    static constexpr int keys = D >= G4_FLASH_WIDE_D ? G4_FLASH_WIDE_KEYS : G4_FLASH_KEYS;
+    static constexpr int dv = D >= G4_FLASH_WIDE_D ? G4_FLASH_WIDE_DV : G4_FLASH_DV;
+    static constexpr int keys = G4_FLASH_KEYS;
     static constexpr int row = D + 8;
-    static constexpr int v_row = G4_FLASH_DV + 8;
+    static constexpr int v_row = dv + 8;
     static constexpr int mask_row = keys + 8;
     static constexpr int q_bytes = G4_FLASH_QUERIES * row * 2;
     static constexpr int k_bytes = keys * row * 2, v_bytes = keys * v_row * 2;
@@ -431,33 +432,46 @@ template <int D> struct FlashTiles {
     static constexpr int shared_bytes = q_bytes + 2 * stage_bytes;
 };
 
-// map[qt · key_tiles + kt] = whether any query of tile qt sees any key of tile kt (`keys_per_tile`
-// keys): one warp per tile, lanes along the keys.
-extern "C" __global__ void g4_flash_mask_map(const float* mask, uint8_t* map, int seq, int keys, int keys_per_tile,
-                                             int key_tiles, int tiles) {
+// map[qt · key_tiles + kt] = whether any query of tile qt sees any key of tile kt: one block per
+// tile, each thread four runs of four keys (one 16-byte load each where rows allow).
+#define G4_FLASH_MAP_THREADS 128
+extern "C" __global__ void __launch_bounds__(G4_FLASH_MAP_THREADS)
+    g4_flash_mask_map(const float* mask, uint8_t* map, int seq, int keys, int key_tiles) {
     G4_KERNEL_START();
-    const int lane = threadIdx.x % 32, tile = blockIdx.x * G4_FLASH_MAP_WARPS + threadIdx.x / 32;
-    if (tile >= tiles) return;
-    const int q0 = tile / key_tiles * G4_FLASH_QUERIES, k0 = tile % key_tiles * keys_per_tile;
-    const int rows = min(G4_FLASH_QUERIES, seq - q0), end = min(keys, k0 + keys_per_tile);
+    const int tile = blockIdx.x, q0 = tile / key_tiles * G4_FLASH_QUERIES;
+    const int col = tile % key_tiles * G4_FLASH_KEYS + threadIdx.x % (G4_FLASH_KEYS / 4) * 4;
+    constexpr int ROWS_PER_PASS = G4_FLASH_MAP_THREADS / (G4_FLASH_KEYS / 4);
+    const bool vectors = keys % 4 == 0 && (uintptr_t)mask % 16 == 0;
     bool visible = false;
-    for (int col = k0 + lane; col < end; col += 32) {
-#pragma unroll 8
-        for (int r = 0; r < rows; ++r) visible |= mask[(size_t)(q0 + r) * keys + col] != -INFINITY;
+#pragma unroll
+    for (int pass = 0; pass < G4_FLASH_QUERIES / ROWS_PER_PASS; ++pass) {
+        const int row = q0 + pass * ROWS_PER_PASS + threadIdx.x / (G4_FLASH_KEYS / 4);
+        if (row >= seq || col >= keys) continue;
+        const float* run = mask + (size_t)row * keys + col;
+        if (vectors) {
+            const float4 m = *reinterpret_cast<const float4*>(run);
+            visible |= m.x != -INFINITY || m.y != -INFINITY || m.z != -INFINITY || m.w != -INFINITY;
+        } else {
+            for (int e = 0; e < 4 && col + e < keys; ++e) visible |= run[e] != -INFINITY;
+        }
     }
-    const unsigned any = __ballot_sync(0xffffffffu, visible);
-    if (lane == 0) map[tile] = any != 0;
+    visible = __syncthreads_or(visible);
+    if (threadIdx.x == 0) map[tile] = visible;
 }
 
+// With `splits` > 1 each query tile's visible key tiles are dealt out in `splits` even runs, one
+// block each (a 512-token prefill of 8 heads has too few query tiles to keep the GPU busy); the
+// blocks write unnormalised partial rows, each row's maximum (log2 units) and sum, for
+// g4_flash_merge_* to combine.
 template <typename T, int D>
 __device__ void flash_attention(const T* q, const T* k, const T* v, const float* mask, const uint8_t* map, T* out,
-                                int heads, int kv_heads, int seq, int keys, size_t q_batch_stride,
-                                size_t q_head_stride, size_t q_row_stride, size_t kv_batch_stride,
-                                size_t kv_head_stride, float scale) {
+                                float* partial_acc, float* partial_stats, int batch, int heads, int kv_heads,
+                                int seq, int keys, size_t q_batch_stride, size_t q_head_stride, size_t q_row_stride,
+                                size_t kv_batch_stride, size_t kv_head_stride, float scale, int splits) {
     typedef FlashTiles<D> Tiles;
     constexpr int BK = Tiles::keys, ROW = Tiles::row, V_ROW = Tiles::v_row, MASK_ROW = Tiles::mask_row;
-    constexpr int CHUNKS = D / G4_FLASH_DV, N_TILES = G4_FLASH_DV / 8;
-    constexpr int THREADS = G4_FLASH_WARPS * 32, ROW_CHUNKS = D / 8, V_CHUNKS = G4_FLASH_DV / 8;
+    constexpr int DV = Tiles::dv, CHUNKS = D / DV, N_TILES = DV / 8;
+    constexpr int THREADS = G4_FLASH_WARPS * 32, ROW_CHUNKS = D / 8, V_CHUNKS = DV / 8;
     extern __shared__ __align__(128) unsigned char flash_shared[];
     T* q_tile = reinterpret_cast<T*>(flash_shared);
     auto k_tile = [&](int stage) { return reinterpret_cast<T*>(flash_shared + Tiles::q_bytes + stage * Tiles::stage_bytes); };
@@ -466,16 +480,18 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
         return reinterpret_cast<float*>(flash_shared + Tiles::q_bytes + stage * Tiles::stage_bytes + Tiles::k_bytes + Tiles::v_bytes);
     };
     unsigned* visible_bits = reinterpret_cast<unsigned*>(flash_shared + Tiles::shared_bytes);
-    // Blocks in order of (batch, head, query tile from the last, column chunk): the last query
-    // tiles see the most keys under a causal mask, so they start first.
+    // Blocks in order of (batch, head, query tile from the last, column chunk, split): the last
+    // query tiles see the most keys under a causal mask, so they start first.
     const int q_tiles = (seq + G4_FLASH_QUERIES - 1) / G4_FLASH_QUERIES, key_tiles = (keys + BK - 1) / BK;
     int block = blockIdx.x;
+    const int split = block % splits;
+    block /= splits;
     const int chunk = block % CHUNKS;
     block /= CHUNKS;
     const int q_tile_index = q_tiles - 1 - block % q_tiles, q0 = q_tile_index * G4_FLASH_QUERIES;
     block /= q_tiles;
     const int h = block % heads, b = block / heads;
-    const int kv_h = h / (heads / kv_heads), dv0 = chunk * G4_FLASH_DV;
+    const int kv_h = h / (heads / kv_heads), dv0 = chunk * DV;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const T* q_rows = q + b * q_batch_stride + h * q_head_stride;
     const T* k_rows = k + b * kv_batch_stride + kv_h * kv_head_stride;
@@ -505,6 +521,23 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
         unsigned bits = visible_bits[w] & (~0u << (first % 32));
         while (bits == 0 && ++w < words) bits = visible_bits[w];
         return bits == 0 ? key_tiles : 32 * w + __ffs(bits) - 1;
+    };
+    // This block's run of the visible tiles: ranks [first_rank, first_rank + tiles).
+    int visible_count = key_tiles;
+    if (mask != nullptr) {
+        visible_count = 0;
+        for (int w = 0; w < words; ++w) visible_count += __popc(visible_bits[w]);
+    }
+    const int per_split = (visible_count + splits - 1) / splits;
+    const int first_rank = min(visible_count, split * per_split);
+    int tiles = min(visible_count, first_rank + per_split) - first_rank;
+    auto tile_of_rank = [&](int rank) {  // the visible tile with `rank` visible tiles before it
+        if (mask == nullptr) return rank;
+        int w = 0;
+        while (rank >= __popc(visible_bits[w])) rank -= __popc(visible_bits[w++]);
+        unsigned bits = visible_bits[w];
+        for (; rank > 0; --rank) bits &= bits - 1;
+        return 32 * w + __ffs(bits) - 1;
     };
     auto load_stage = [&](int stage, int kt) {
         const int k0 = kt * BK;
@@ -543,11 +576,11 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
 #pragma unroll
     for (int n = 0; n < N_TILES; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
-    int kt = next_visible(-1), stage = 0;
-    if (kt < key_tiles) load_stage(0, kt);
+    int kt = tiles > 0 ? tile_of_rank(first_rank) : key_tiles, stage = 0;
+    if (tiles > 0) load_stage(0, kt);
     g4_cp_async_commit();
-    while (kt < key_tiles) {
-        const int next = next_visible(kt);
+    while (tiles-- > 0) {
+        const int next = tiles > 0 ? next_visible(kt) : key_tiles;
         if (next < key_tiles) load_stage(stage ^ 1, next);
         g4_cp_async_commit();
         g4_cp_async_wait<1>();  // q and this stage
@@ -641,8 +674,21 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
         row_sum[half] += G4_SHFL_XOR(row_sum[half], 2);
         const int row = q0 + row_in_tile + 8 * half;
         if (row >= seq) continue;
+        const size_t out_index = ((size_t)b * seq + row) * heads + h;
+        if (partial_acc != nullptr) {  // rows of every batch per split: [split][B·S·heads]
+            const size_t partial = (size_t)split * batch * seq * heads + out_index;
+            if (lane % 4 == 0) {
+                partial_stats[2 * partial] = row_max[half];
+                partial_stats[2 * partial + 1] = row_sum[half];
+            }
+            float* acc_row = partial_acc + partial * D + dv0 + 2 * (lane % 4);
+#pragma unroll
+            for (int n = 0; n < N_TILES; ++n)
+                *reinterpret_cast<float2*>(acc_row + 8 * n) = make_float2(acc[n][2 * half], acc[n][2 * half + 1]);
+            continue;
+        }
         const float inverse = row_sum[half] > 0.0f ? 1.0f / row_sum[half] : 0.0f;
-        T* out_row = out + (((size_t)b * seq + row) * heads + h) * D + dv0 + 2 * (lane % 4);
+        T* out_row = out + out_index * D + dv0 + 2 * (lane % 4);
 #pragma unroll
         for (int n = 0; n < N_TILES; ++n) {
             *reinterpret_cast<unsigned*>(out_row + 8 * n) =
@@ -651,18 +697,63 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
     }
 }
 
+// Combines the splits' partial rows: out = Σ acc·2^(max − M) / Σ sum·2^(max − M), M the largest
+// split maximum; splits that saw no key (maximum −∞) add nothing. One warp per row, lanes along
+// its columns four at a time.
+#define G4_FLASH_MERGE_WARPS 4
+template <typename T>
+__device__ void flash_merge(const float* partial_acc, const float* partial_stats, T* out, int rows, int d,
+                            int splits) {
+    const int lane = threadIdx.x % 32, row = blockIdx.x * G4_FLASH_MERGE_WARPS + threadIdx.x / 32;
+    if (row >= rows) return;
+    float top = -INFINITY;
+    for (int i = 0; i < splits; ++i) top = fmaxf(top, partial_stats[2 * ((size_t)i * rows + row)]);
+    float total = 0.0f;
+    for (int i = 0; i < splits; ++i) {
+        const float max = partial_stats[2 * ((size_t)i * rows + row)];
+        if (max != -INFINITY) total += partial_stats[2 * ((size_t)i * rows + row) + 1] * exp2f(max - top);
+    }
+    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int c = lane * 4; c < d; c += 128) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int i = 0; i < splits; ++i) {
+            const float max = partial_stats[2 * ((size_t)i * rows + row)];
+            if (max == -INFINITY) continue;  // nothing written there
+            const float weight = exp2f(max - top);
+            const float4 part = *reinterpret_cast<const float4*>(partial_acc + ((size_t)i * rows + row) * d + c);
+            sum.x += part.x * weight;
+            sum.y += part.y * weight;
+            sum.z += part.z * weight;
+            sum.w += part.w * weight;
+        }
+        T* dst = out + (size_t)row * d + c;
+        dst[0] = g4_from_f32<T>(sum.x * inverse);
+        dst[1] = g4_from_f32<T>(sum.y * inverse);
+        dst[2] = g4_from_f32<T>(sum.z * inverse);
+        dst[3] = g4_from_f32<T>(sum.w * inverse);
+    }
+}
+
 #define G4_FLASH_ATTENTION(NAME, T, D)                                                                              \
     extern "C" __global__ void __launch_bounds__(G4_FLASH_WARPS * 32)                                             \
         g4_flash_attention_d##D##_##NAME(const T* q, const T* k, const T* v, const float* mask, const uint8_t* map, \
-                                         T* out, int heads, int kv_heads, int seq, int keys,                     \
-                                         size_t q_batch_stride, size_t q_head_stride, size_t q_row_stride,       \
-                                         size_t kv_batch_stride, size_t kv_head_stride, float scale) {           \
+                                         T* out, float* partial_acc, float* partial_stats, int batch, int heads,  \
+                                         int kv_heads, int seq, int keys, size_t q_batch_stride,                 \
+                                         size_t q_head_stride, size_t q_row_stride, size_t kv_batch_stride,      \
+                                         size_t kv_head_stride, float scale, int splits) {                       \
         G4_KERNEL_START();                                                                                          \
-        flash_attention<T, D>(q, k, v, mask, map, out, heads, kv_heads, seq, keys, q_batch_stride,                \
-                              q_head_stride, q_row_stride, kv_batch_stride, kv_head_stride, scale);              \
+        flash_attention<T, D>(q, k, v, mask, map, out, partial_acc, partial_stats, batch, heads, kv_heads, seq,   \
+                              keys, q_batch_stride, q_head_stride, q_row_stride, kv_batch_stride,                \
+                              kv_head_stride, scale, splits);                                                    \
     }
-#define G4_FLASH_ATTENTION_SIZES(NAME, T) \
-    G4_FLASH_ATTENTION(NAME, T, 128) G4_FLASH_ATTENTION(NAME, T, 256) G4_FLASH_ATTENTION(NAME, T, 512)
+#define G4_FLASH_ATTENTION_SIZES(NAME, T)                                                                     \
+    G4_FLASH_ATTENTION(NAME, T, 128) G4_FLASH_ATTENTION(NAME, T, 256) G4_FLASH_ATTENTION(NAME, T, 512)      \
+    extern "C" __global__ void __launch_bounds__(G4_FLASH_MERGE_WARPS * 32)                                 \
+        g4_flash_merge_##NAME(const float* partial_acc, const float* partial_stats, T* out, int rows, int d, \
+                              int splits) {                                                                 \
+        G4_KERNEL_START();                                                                                    \
+        flash_merge<T>(partial_acc, partial_stats, out, rows, d, splits);                                     \
+    }
 G4_FLASH_ATTENTION_SIZES(bf16, g4_bf16)
 G4_FLASH_ATTENTION_SIZES(f16, g4_f16)
 #endif
