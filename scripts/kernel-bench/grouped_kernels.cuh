@@ -40,13 +40,13 @@ __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* 
                 const int r = v / (BK / 8), col = v % (BK / 8) * 8;
                 const bool valid = m0 + r < rows;
                 const T* src = a + (size_t)(first + (valid ? m0 + r : 0)) * k + k0 + col;
-                grouped_cp_async16(as + stage * A_STAGE + r * LD + col, src, valid);
+                g4_cp_async16(as + stage * A_STAGE + r * LD + col, src, valid);
             }
             for (int v = tid; v < BN * BK / 8; v += THREADS) {
                 const int r = v / (BK / 8), col = v % (BK / 8) * 8;
                 const bool valid = n0 + r < n;
                 const T* src = weights + (size_t)(valid ? n0 + r : 0) * k + k0 + col;
-                grouped_cp_async16(bs + stage * B_STAGE + r * LD + col, src, valid);
+                g4_cp_async16(bs + stage * B_STAGE + r * LD + col, src, valid);
             }
         };
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[MF][NF];
@@ -58,14 +58,14 @@ __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* 
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
             if (s < k_tiles) load(s, s * BK);
-            asm volatile("cp.async.commit_group;\n" ::);
+            g4_cp_async_commit();
         }
         for (int kt = 0; kt < k_tiles; ++kt) {
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(STAGES - 2));
+            g4_cp_async_wait<STAGES - 2>();
             __syncthreads();
             const int next = kt + STAGES - 1;
             if (next < k_tiles) load(next % STAGES, next * BK);
-            asm volatile("cp.async.commit_group;\n" ::);
+            g4_cp_async_commit();
             const T* a_stage = as + (kt % STAGES) * A_STAGE;
             const T* b_stage = bs + (kt % STAGES) * B_STAGE + warp * WN * LD;
 #pragma unroll
@@ -84,7 +84,7 @@ __device__ void grouped_gemm_wmma(const T* a, const T* b, T* c, const uint32_t* 
                 }
             }
         }
-        asm volatile("cp.async.wait_group 0;\n" ::);
+        g4_cp_async_wait<0>();
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < MF; ++i) {
