@@ -279,10 +279,18 @@ fn native_fwd(
     Ok(out)
 }
 
-/// Whether the flash kernel takes these: 16-bit floats, a head_dim it is built for, a CUDA GPU
-/// with the shared memory its block asks for (Hopper and the A100), and rows it can copy in
-/// 16-byte pieces (contiguous rows on 16-byte boundaries; K/V's heads and
-/// batches may be any whole number of such rows apart, as in a cache's views).
+/// Keys from which the flash kernel replaces the GEMM path. Measured on the H200 (E4B bf16,
+/// docs/PERFORMANCE.md, stop 37): over 512 keys (a 512-token prefill) the GEMM path's kernels
+/// took 1.29 ms against flash's 1.71; a 16,384-token prompt (pieces of 512 against up to 16,384
+/// keys) prefilled 1.18–1.35× faster with flash everywhere, and needs no score matrices. Between
+/// the two nothing was measured on its own: 4,096 keeps every piece of a 4,096-token prompt but
+/// its last on the GEMM path.
+const FLASH_MIN_KEYS: usize = 4096;
+
+/// Whether the flash kernel takes these: at least [`FLASH_MIN_KEYS`] keys, 16-bit floats, a
+/// head_dim it is built for, a CUDA GPU with the shared memory its block asks for (Hopper and
+/// the A100), and rows it can copy in 16-byte pieces (contiguous rows on 16-byte boundaries;
+/// K/V's heads and batches may be any whole number of such rows apart, as in a cache's views).
 fn flash_fits(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
     let head_dim = q.dim(3).unwrap_or(0);
     let rows_fit = |t: &Tensor, contiguous_rows: bool| {
@@ -295,7 +303,8 @@ fn flash_fits(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
     let key_tiles = k.dim(2).unwrap_or(0).div_ceil(FLASH_KEYS);
     let shared_fits = crate::device::max_shared_bytes_per_block(q.device())
         .is_some_and(|most| flash_shared_bytes(head_dim, key_tiles) as usize <= most);
-    matches!(q.dtype(), DType::BF16 | DType::F16)
+    k.dim(2).unwrap_or(0) >= FLASH_MIN_KEYS
+        && matches!(q.dtype(), DType::BF16 | DType::F16)
         && FLASH_HEAD_DIMS.contains(&head_dim)
         && shared_fits
         && rows_fit(q, false)
@@ -547,12 +556,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "q[8×1×512] kv[2×256] at position 69",
     },
     ShapePath {
-        shapes: "more than 16 queries in bf16/f16 on CUDA, head_dim 128, 256 or 512",
-        path: "native: one flash kernel (tensor-core tiles, online softmax, hidden key tiles skipped), written token-major",
-        case: "q[8×100×256] kv[2×100]",
+        shapes: "more than 16 queries over 4,096 keys or more in bf16/f16 on CUDA, head_dim 128, 256 or 512",
+        path: "native: one flash kernel (tensor-core tiles, online softmax, hidden key tiles skipped, split over blocks and merged where the launch is small), written token-major",
+        case: "q[4×100×256] kv[1×4100] window 300",
     },
     ShapePath {
-        shapes: "more than 16 queries otherwise (f32, other head sizes, HIP)",
+        shapes: "more than 16 queries otherwise (fewer keys, f32, other head sizes, HIP)",
         path: "native: cuBLAS's batched GEMMs around one masked-softmax kernel, p·v written token-major",
         case: "q[2×17×64] kv[1×1040] window 600",
     },
@@ -595,12 +604,13 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         // tile of keys and over several.
         (8, 2, 24, 64, 256, Some(32), None, true),
         (2, 1, 17, 1040, 64, Some(600), None, true),
-        // The flash kernel's tiles: queries over two tiles (the second partial), keys over
-        // several with a partial last one, causal, and at head_dim 512 a window that hides
-        // whole tiles before the visible ones.
-        (8, 2, 100, 100, 256, None, None, true),
-        (4, 1, 70, 203, 512, Some(40), None, true),
-        (2, 2, 65, 65, 128, None, Some(64), false),
+        // The flash kernel's (from 4,096 keys in bf16/f16 on CUDA): queries over two tiles (the
+        // second partial), keys over many with a partial last one, a window that hides whole
+        // tiles before the visible ones, and every key visible; each query tile's keys split
+        // over several blocks and merged.
+        (4, 1, 100, 4100, 256, Some(300), None, true),
+        (4, 1, 70, 4133, 512, Some(40), None, true),
+        (2, 2, 65, 4096, 128, None, Some(4095), false),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let spread = (d as f64).powf(-0.25) * 1.5;
