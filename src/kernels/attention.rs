@@ -230,14 +230,7 @@ fn native_fwd(
         .min(TARGET_BLOCKS.div_ceil(rows))
         .clamp(1, MAX_SPLITS);
     let out = empty((batch, heads, seq, head_dim), q.dtype(), q.device())?;
-    let (partial_acc, partial_stats) = if splits > 1 {
-        (
-            Some(empty(rows * splits * head_dim, DType::F32, q.device())?),
-            Some(empty(rows * splits * 2, DType::F32, q.device())?),
-        )
-    } else {
-        (None, None)
-    };
+    let (partial_acc, partial_stats) = split_partials(splits, rows, head_dim, q.device())?;
     let args = [
         Arg::Tensor(&q),
         Arg::RowView(&k),
@@ -329,38 +322,17 @@ fn flash_fwd(
         .map(|m| m.to_dtype(DType::F32)?.contiguous())
         .transpose()?;
     let (q_tiles, key_tiles) = (seq.div_ceil(FLASH_QUERIES), keys.div_ceil(FLASH_KEYS));
-    let map = match &mask {
-        Some(mask) => {
-            let map = empty(q_tiles * key_tiles, DType::U8, q.device())?;
-            let args = [
-                Arg::Tensor(mask),
-                Arg::Tensor(&map),
-                Arg::I32(seq as i32),
-                Arg::I32(keys as i32),
-                Arg::I32(key_tiles as i32),
-            ];
-            let grid = Grid {
-                blocks: (q_tiles * key_tiles) as u32,
-                threads: FLASH_MAP_THREADS,
-            };
-            launch("g4_flash_mask_map", q.device(), grid, &args)?;
-            Some(map)
-        }
-        None => None,
-    };
+    let map = mask
+        .as_ref()
+        .map(|mask| flash_mask_map(mask, q_tiles, key_tiles))
+        .transpose()?;
     let out = empty((batch, seq, heads, head_dim), q.dtype(), q.device())?;
     let blocks = batch * heads * q_tiles * (head_dim / flash_columns(head_dim));
     let splits = FLASH_TARGET_BLOCKS
         .div_ceil(blocks)
         .clamp(1, key_tiles.max(1));
     let rows = batch * seq * heads;
-    let (partial_acc, partial_stats) = match splits > 1 {
-        true => (
-            Some(empty(splits * rows * head_dim, DType::F32, q.device())?),
-            Some(empty(splits * rows * 2, DType::F32, q.device())?),
-        ),
-        false => (None, None),
-    };
+    let (partial_acc, partial_stats) = split_partials(splits, rows, head_dim, q.device())?;
     let (q_stride, kv_stride) = (q.stride(), k.stride());
     let args = [
         Arg::RowView(q),
@@ -411,6 +383,44 @@ fn flash_fwd(
         )?;
     }
     out.transpose(1, 2)
+}
+
+/// The mask's tile map: one byte per (query tile, key tile), whether any query sees any key.
+fn flash_mask_map(mask: &Tensor, q_tiles: usize, key_tiles: usize) -> Result<Tensor> {
+    use super::native::{empty, launch, Arg, Grid};
+    let (seq, keys) = mask.dims2()?;
+    let map = empty(q_tiles * key_tiles, DType::U8, mask.device())?;
+    let args = [
+        Arg::Tensor(mask),
+        Arg::Tensor(&map),
+        Arg::I32(seq as i32),
+        Arg::I32(keys as i32),
+        Arg::I32(key_tiles as i32),
+    ];
+    let grid = Grid {
+        blocks: (q_tiles * key_tiles) as u32,
+        threads: FLASH_MAP_THREADS,
+    };
+    launch("g4_flash_mask_map", mask.device(), grid, &args)?;
+    Ok(map)
+}
+
+/// Split-K's f32 partial rows (`[splits, rows, head_dim]`) and each row's (max, sum), for
+/// both attention kernels' merges; none for a single split.
+fn split_partials(
+    splits: usize,
+    rows: usize,
+    head_dim: usize,
+    device: &Device,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    use super::native::empty;
+    if splits <= 1 {
+        return Ok((None, None));
+    }
+    Ok((
+        Some(empty(splits * rows * head_dim, DType::F32, device)?),
+        Some(empty(splits * rows * 2, DType::F32, device)?),
+    ))
 }
 
 /// Long query blocks elsewhere: cuBLAS's q·kᵀ, one kernel for its scale, f32 cast, mask and softmax
