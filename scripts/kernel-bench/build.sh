@@ -3,7 +3,8 @@
 # each times g4's CUDA kernels from src/kernels/cuda beside alternatives, and the first two
 # beside a plain read of the same bytes; grouped_bench: g4's grouped expert GEMM (device-side
 # row offsets) beside cuBLAS's grouped GEMM, stop 32's WMMA candidate and a plain read of the
-# weights, and the device routing sort; it loads libcublas at run time) into
+# weights, and the device routing sort; it loads libcublas at run time; flash_bench: prefill
+# attention's flash kernel, map and merge at E4B's prefill shapes, checked against f64) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
@@ -11,8 +12,8 @@ cd "$(dirname "$0")/../.."
 nvcc_env="$(scripts/nvcc-env.sh)"
 eval "$nvcc_env"
 mkdir -p target/kernel-bench
-for bench in gemv moe pdl attention grouped; do
+for bench in gemv moe pdl attention grouped flash; do
   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" -ldl \
     "scripts/kernel-bench/${bench}_bench.cu"
 done
-echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped}_bench"
+echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped,flash}_bench"
