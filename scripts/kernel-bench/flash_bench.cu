@@ -1,11 +1,11 @@
 // Prefill attention's flash kernel (attention.cu) at E4B's prefill shapes: 8 query heads over 2
 // KV heads, a 512-query piece at the end of 512, 4,096 or 16,384 keys, head_dim 256 (sliding
 // window 512) and 512 (causal), bf16. Times the mask's tile map, the flash kernel at several
-// split counts (g4's choice marked) and the merge, each as µs per launch in a graph, so that the
-// kernel can be tuned without a whole model (stop 37 measured it only inside pp512 and pp16384
-// runs). Every split count's output is checked against an f64 reference on the host at a few
-// query rows of the first and last head (normalised mean squared error); past the attention
-// probe's bf16 threshold the benchmark fails.
+// split counts (g4's choice marked) and the merge (the decode kernel's, which flash shares), each
+// as µs per launch in a graph, so that the kernel can be tuned without a whole model (stop 37
+// measured it only inside pp512 and pp16384 runs). Every split count's output is checked against
+// an f64 reference on the host at a few query rows of the first and last head (normalised mean
+// squared error); past the attention probe's bf16 threshold the benchmark fails.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/attention.cu"
 
@@ -71,15 +71,16 @@ int main() {
         auto run_flash = [&](int splits) {
             return [&, splits](int) {
                 kernel<<<base_blocks * splits, G4_FLASH_WARPS * 32, shared, b.stream>>>(
-                    q, k, v, mask, map, out, splits > 1 ? acc : nullptr, splits > 1 ? stats : nullptr, 1, heads, kv_heads, seq,
+                    q, k, v, mask, map, out, splits > 1 ? acc : nullptr, splits > 1 ? stats : nullptr, heads, kv_heads, seq,
                     keys, (size_t)heads * seq * d, (size_t)seq * d, (size_t)d, (size_t)kv_heads * keys * d, (size_t)keys * d,
                     scale, splits);
             };
         };
         auto run_merge = [&](int splits) {
             return [&, splits](int) {
-                g4_flash_merge_bf16<<<(rows + G4_FLASH_MERGE_WARPS - 1) / G4_FLASH_MERGE_WARPS, G4_FLASH_MERGE_WARPS * 32, 0,
-                                      b.stream>>>(acc, stats, out, rows, d, splits);
+                // g4's merge geometry (merge_splits in attention.rs): 128-thread blocks along each row.
+                g4_attention_merge_bf16<<<rows * ((d + 127) / 128), G4_ATTN_WARPS * 32, 0, b.stream>>>(acc, stats, out, d,
+                                                                                                    splits);
             };
         };
 

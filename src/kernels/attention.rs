@@ -183,8 +183,6 @@ const FLASH_MAP_THREADS: u32 = 128;
 /// heads has 128 blocks), each query tile's visible key tiles are split over several blocks
 /// and a merge kernel combines them.
 const FLASH_TARGET_BLOCKS: usize = 512;
-/// Warps of the merge kernel's block (one per output row).
-const FLASH_MERGE_WARPS: usize = 4;
 
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
 /// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
@@ -252,23 +250,7 @@ fn native_fwd(
     let grid = Grid::of_warps(rows * splits, WARPS_PER_BLOCK, lanes);
     let dtype = q.dtype();
     launch(&kernel_name("attention", dtype)?, q.device(), grid, &args)?;
-    if let (Some(partial_acc), Some(partial_stats)) = (&partial_acc, &partial_stats) {
-        let args = [
-            Arg::Tensor(partial_acc),
-            Arg::Tensor(partial_stats),
-            Arg::Tensor(&out),
-            Arg::I32(head_dim as i32),
-            Arg::I32(splits as i32),
-        ];
-        let threads = WARPS_PER_BLOCK * lanes;
-        let grid = Grid::of_warps(rows * head_dim.div_ceil(threads), WARPS_PER_BLOCK, lanes);
-        launch(
-            &kernel_name("attention_merge", dtype)?,
-            q.device(),
-            grid,
-            &args,
-        )?;
-    }
+    merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
     Ok(out)
 }
 
@@ -293,17 +275,20 @@ fn flash_fits(q: &Tensor, k: &Tensor, v: &Tensor) -> bool {
             && stride[..3].iter().all(|s| s.is_multiple_of(8))
             && super::native::vector_aligned(t)
     };
-    let key_tiles = k.dim(2).unwrap_or(0).div_ceil(FLASH_KEYS);
-    let shared_fits = crate::device::max_shared_bytes_per_block(q.device())
-        .is_some_and(|most| flash_shared_bytes(head_dim, key_tiles) as usize <= most);
-    k.dim(2).unwrap_or(0) >= FLASH_MIN_KEYS
+    let keys = k.dim(2).unwrap_or(0);
+    let shared_fits = || {
+        crate::device::max_shared_bytes_per_block(q.device()).is_some_and(|most| {
+            flash_shared_bytes(head_dim, keys.div_ceil(FLASH_KEYS)) as usize <= most
+        })
+    };
+    keys >= FLASH_MIN_KEYS
         && matches!(q.dtype(), DType::BF16 | DType::F16)
         && FLASH_HEAD_DIMS.contains(&head_dim)
-        && shared_fits
         && rows_fit(q, false)
         && rows_fit(k, true)
         && rows_fit(v, true)
         && k.stride() == v.stride()
+        && shared_fits()
 }
 
 /// Long query blocks on CUDA in 16-bit floats: one kernel for scores, masked softmax and p·v
@@ -315,7 +300,7 @@ fn flash_fwd(
     mask: Option<&Tensor>,
     scale: f64,
 ) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, launch_with_shared, warp_lanes, Arg, Grid};
+    use super::native::{empty, kernel_name, launch_with_shared, warp_lanes, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
     let mask = mask
@@ -343,7 +328,6 @@ fn flash_fwd(
         Arg::Tensor(&out),
         Arg::OptionalTensor(partial_acc.as_ref()),
         Arg::OptionalTensor(partial_stats.as_ref()),
-        Arg::I32(batch as i32),
         Arg::I32(heads as i32),
         Arg::I32(kv_heads as i32),
         Arg::I32(seq as i32),
@@ -365,23 +349,7 @@ fn flash_fwd(
         flash_shared_bytes(head_dim, key_tiles),
         &args,
     )?;
-    if let (Some(partial_acc), Some(partial_stats)) = (&partial_acc, &partial_stats) {
-        let args = [
-            Arg::Tensor(partial_acc),
-            Arg::Tensor(partial_stats),
-            Arg::Tensor(&out),
-            Arg::I32(rows as i32),
-            Arg::I32(head_dim as i32),
-            Arg::I32(splits as i32),
-        ];
-        let grid = Grid::of_warps(rows.div_ceil(FLASH_MERGE_WARPS), FLASH_MERGE_WARPS, 32);
-        launch(
-            &kernel_name("flash_merge", q.dtype())?,
-            q.device(),
-            grid,
-            &args,
-        )?;
-    }
+    merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
     out.transpose(1, 2)
 }
 
@@ -405,8 +373,8 @@ fn flash_mask_map(mask: &Tensor, q_tiles: usize, key_tiles: usize) -> Result<Ten
     Ok(map)
 }
 
-/// Split-K's f32 partial rows (`[splits, rows, head_dim]`) and each row's (max, sum), for
-/// both attention kernels' merges; none for a single split.
+/// Split-K's f32 partial rows (`[rows, splits, head_dim]`) and each one's (max, sum), for
+/// [`merge_splits`]; none for a single split.
 fn split_partials(
     splits: usize,
     rows: usize,
@@ -421,6 +389,34 @@ fn split_partials(
         Some(empty(splits * rows * head_dim, DType::F32, device)?),
         Some(empty(splits * rows * 2, DType::F32, device)?),
     ))
+}
+
+/// Combines split-K's partial rows into `out` (`[rows, head_dim]` underneath, in whichever
+/// order the kernel numbered its rows), for the decode and the flash kernel alike.
+fn merge_splits(
+    partial_acc: &Option<Tensor>,
+    partial_stats: &Option<Tensor>,
+    out: &Tensor,
+    rows: usize,
+    splits: usize,
+) -> Result<()> {
+    use super::native::{kernel_name, launch, warp_lanes, Arg, Grid};
+    let (Some(partial_acc), Some(partial_stats)) = (partial_acc, partial_stats) else {
+        return Ok(());
+    };
+    let head_dim = out.elem_count() / rows.max(1);
+    let args = [
+        Arg::Tensor(partial_acc),
+        Arg::Tensor(partial_stats),
+        Arg::Tensor(out),
+        Arg::I32(head_dim as i32),
+        Arg::I32(splits as i32),
+    ];
+    let lanes = warp_lanes(out.device());
+    let threads = WARPS_PER_BLOCK * lanes;
+    let grid = Grid::of_warps(rows * head_dim.div_ceil(threads), WARPS_PER_BLOCK, lanes);
+    let name = kernel_name("attention_merge", out.dtype())?;
+    launch(&name, out.device(), grid, &args)
 }
 
 /// Long query blocks elsewhere: cuBLAS's q·kᵀ, one kernel for its scale, f32 cast, mask and softmax
@@ -729,7 +725,6 @@ mod tests {
         assert_eq!(FLASH_WIDE_D, define("G4_FLASH_WIDE_D"));
         assert_eq!(FLASH_WIDE_DV, define("G4_FLASH_WIDE_DV"));
         assert_eq!(FLASH_MAP_THREADS as usize, define("G4_FLASH_MAP_THREADS"));
-        assert_eq!(FLASH_MERGE_WARPS, define("G4_FLASH_MERGE_WARPS"));
     }
 
     /// A mask that is not `[S, T]` is refused by every arm (the native kernels would read a

@@ -261,8 +261,9 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     }
 }
 
-// Merges each query row's chunks (a chunk with no visible key has max −∞, sum 0 and zero
-// outputs): a row's D outputs are spread over several blocks (blockDim elements each), so that
+// Merges each query row's chunks, for this decode kernel and the flash kernel alike: partials
+// [row][chunk][D] with each chunk's (max, sum) in natural-log units; a chunk with no visible key
+// has max −∞ and adds nothing, and a row with none attends to nothing (zeros). A row's D outputs are spread over several blocks (blockDim elements each), so that
 // the few rows of a decode step still fill the GPU when their chunks are many. The block finds
 // the row's maximum and each chunk's weight once, in shared memory; each thread then sums its
 // output over the chunks in chunk order with loads that do not wait on one another (each thread
@@ -289,7 +290,7 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
         total += stats[c * 2 + 1] * weights[c];
         o += acc[(size_t)c * d] * weights[c];
     }
-    out[(size_t)row * d + j] = g4_from_f32<T>(o / total);
+    out[(size_t)row * d + j] = g4_from_f32<T>(total > 0.0f ? o / total : 0.0f);
 }
 
 // The GEMM path of long query blocks: between cuBLAS's q·kᵀ and p·v, probs = softmax(scores ·
@@ -461,12 +462,12 @@ extern "C" __global__ void __launch_bounds__(G4_FLASH_MAP_THREADS)
 
 // With `splits` > 1 each query tile's visible key tiles are dealt out in `splits` even runs, one
 // block each (a 512-token prefill of 8 heads has too few query tiles to keep the GPU busy); the
-// blocks write unnormalised partial rows, each row's maximum (log2 units) and sum, for
-// g4_flash_merge_* to combine.
+// blocks write unnormalised partial rows and each row's (max, sum) in the decode kernel's split
+// layout, for g4_attention_merge_* to combine (rows token-major, as out's).
 template <typename T, int D>
 __device__ void flash_attention(const T* q, const T* k, const T* v, const float* mask, const uint8_t* map, T* out,
-                                float* partial_acc, float* partial_stats, int batch, int heads, int kv_heads,
-                                int seq, int keys, size_t q_batch_stride, size_t q_head_stride, size_t q_row_stride,
+                                float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
+                                int keys, size_t q_batch_stride, size_t q_head_stride, size_t q_row_stride,
                                 size_t kv_batch_stride, size_t kv_head_stride, float scale, int splits) {
     typedef FlashTiles<D> Tiles;
     constexpr int BK = Tiles::keys, ROW = Tiles::row, V_ROW = Tiles::v_row, MASK_ROW = Tiles::mask_row;
@@ -675,10 +676,10 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
         const int row = q0 + row_in_tile + 8 * half;
         if (row >= seq) continue;
         const size_t out_index = ((size_t)b * seq + row) * heads + h;
-        if (partial_acc != nullptr) {  // rows of every batch per split: [split][B·S·heads]
-            const size_t partial = (size_t)split * batch * seq * heads + out_index;
+        if (partial_acc != nullptr) {  // [row][split]; the maximum from log2 to natural-log units
+            const size_t partial = out_index * splits + split;
             if (lane % 4 == 0) {
-                partial_stats[2 * partial] = row_max[half];
+                partial_stats[2 * partial] = row_max[half] * 0.6931471805599453f;
                 partial_stats[2 * partial + 1] = row_sum[half];
             }
             float* acc_row = partial_acc + partial * D + dv0 + 2 * (lane % 4);
@@ -697,63 +698,20 @@ __device__ void flash_attention(const T* q, const T* k, const T* v, const float*
     }
 }
 
-// Combines the splits' partial rows: out = Σ acc·2^(max − M) / Σ sum·2^(max − M), M the largest
-// split maximum; splits that saw no key (maximum −∞) add nothing. One warp per row, lanes along
-// its columns four at a time.
-#define G4_FLASH_MERGE_WARPS 4
-template <typename T>
-__device__ void flash_merge(const float* partial_acc, const float* partial_stats, T* out, int rows, int d,
-                            int splits) {
-    const int lane = threadIdx.x % 32, row = blockIdx.x * G4_FLASH_MERGE_WARPS + threadIdx.x / 32;
-    if (row >= rows) return;
-    float top = -INFINITY;
-    for (int i = 0; i < splits; ++i) top = fmaxf(top, partial_stats[2 * ((size_t)i * rows + row)]);
-    float total = 0.0f;
-    for (int i = 0; i < splits; ++i) {
-        const float max = partial_stats[2 * ((size_t)i * rows + row)];
-        if (max != -INFINITY) total += partial_stats[2 * ((size_t)i * rows + row) + 1] * exp2f(max - top);
-    }
-    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
-    for (int c = lane * 4; c < d; c += 128) {
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int i = 0; i < splits; ++i) {
-            const float max = partial_stats[2 * ((size_t)i * rows + row)];
-            if (max == -INFINITY) continue;  // nothing written there
-            const float weight = exp2f(max - top);
-            const float4 part = *reinterpret_cast<const float4*>(partial_acc + ((size_t)i * rows + row) * d + c);
-            sum.x += part.x * weight;
-            sum.y += part.y * weight;
-            sum.z += part.z * weight;
-            sum.w += part.w * weight;
-        }
-        T* dst = out + (size_t)row * d + c;
-        dst[0] = g4_from_f32<T>(sum.x * inverse);
-        dst[1] = g4_from_f32<T>(sum.y * inverse);
-        dst[2] = g4_from_f32<T>(sum.z * inverse);
-        dst[3] = g4_from_f32<T>(sum.w * inverse);
-    }
-}
-
 #define G4_FLASH_ATTENTION(NAME, T, D)                                                                              \
     extern "C" __global__ void __launch_bounds__(G4_FLASH_WARPS * 32)                                             \
         g4_flash_attention_d##D##_##NAME(const T* q, const T* k, const T* v, const float* mask, const uint8_t* map, \
-                                         T* out, float* partial_acc, float* partial_stats, int batch, int heads,  \
+                                         T* out, float* partial_acc, float* partial_stats, int heads,             \
                                          int kv_heads, int seq, int keys, size_t q_batch_stride,                 \
                                          size_t q_head_stride, size_t q_row_stride, size_t kv_batch_stride,      \
                                          size_t kv_head_stride, float scale, int splits) {                       \
         G4_KERNEL_START();                                                                                          \
-        flash_attention<T, D>(q, k, v, mask, map, out, partial_acc, partial_stats, batch, heads, kv_heads, seq,   \
+        flash_attention<T, D>(q, k, v, mask, map, out, partial_acc, partial_stats, heads, kv_heads, seq,          \
                               keys, q_batch_stride, q_head_stride, q_row_stride, kv_batch_stride,                \
                               kv_head_stride, scale, splits);                                                    \
     }
-#define G4_FLASH_ATTENTION_SIZES(NAME, T)                                                                     \
-    G4_FLASH_ATTENTION(NAME, T, 128) G4_FLASH_ATTENTION(NAME, T, 256) G4_FLASH_ATTENTION(NAME, T, 512)      \
-    extern "C" __global__ void __launch_bounds__(G4_FLASH_MERGE_WARPS * 32)                                 \
-        g4_flash_merge_##NAME(const float* partial_acc, const float* partial_stats, T* out, int rows, int d, \
-                              int splits) {                                                                 \
-        G4_KERNEL_START();                                                                                    \
-        flash_merge<T>(partial_acc, partial_stats, out, rows, d, splits);                                     \
-    }
+#define G4_FLASH_ATTENTION_SIZES(NAME, T) \
+    G4_FLASH_ATTENTION(NAME, T, 128) G4_FLASH_ATTENTION(NAME, T, 256) G4_FLASH_ATTENTION(NAME, T, 512)
 G4_FLASH_ATTENTION_SIZES(bf16, g4_bf16)
 G4_FLASH_ATTENTION_SIZES(f16, g4_f16)
 #endif
