@@ -23,8 +23,15 @@ pub fn open_device(spec: &str) -> Result<Device> {
         "metal" if !cfg!(feature = "metal") => bail!(
             "--device {spec}: this g4 was built without Metal support; rebuild with --features metal"
         ),
-        "cuda" => Device::new_cuda(ordinal)
-            .map_err(|e| anyhow::anyhow!("--device {spec}: cannot open CUDA device {ordinal}: {e}")),
+        "cuda" => {
+            let device = Device::new_cuda(ordinal).map_err(|e| {
+                anyhow::anyhow!("--device {spec}: cannot open CUDA device {ordinal}: {e}")
+            })?;
+            without_event_tracking(&device);
+            keep_freed_device_memory(&device)
+                .map_err(|e| anyhow::anyhow!("--device {spec}: {e}"))?;
+            Ok(device)
+        }
         "metal" => Device::new_metal(ordinal)
             .map_err(|e| anyhow::anyhow!("--device {spec}: cannot open Metal device {ordinal}: {e}")),
         "hip" => bail!(
@@ -37,6 +44,83 @@ pub fn open_device(spec: &str) -> Result<Device> {
         ),
         _ => bail!("--device {spec}: unknown device; expected cpu, cuda, cuda:N, metal or metal:N"),
     }
+}
+
+/// Stops cudarc from creating and destroying two CUDA events with every buffer it allocates.
+/// They order a buffer's uses across streams, and g4 runs all of a device's work on candle's one
+/// stream, where cudarc never records them: a prefill allocates about a thousand buffers, and
+/// their events were host time the GPU waited for.
+#[cfg(feature = "cuda")]
+fn without_event_tracking(device: &Device) {
+    if let Device::Cuda(cuda) = device {
+        // SAFETY: no second stream exists on this context (g4 creates none), so no buffer has a
+        // use on another stream to wait for.
+        unsafe { cuda.disable_event_tracking() }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn without_event_tracking(_: &Device) {}
+
+/// Keeps the memory that freed buffers return to the device's pool, rather than handing it back
+/// to the driver at every synchronisation (the pool's default). Every forward ends in one, so
+/// each prompt and each eager decode step mapped its working memory afresh: host time the GPU
+/// waited for, varying from process to process. [`release_cached_memory`] hands it back.
+#[cfg(feature = "cuda")]
+fn keep_freed_device_memory(device: &Device) -> candle_core::Result<()> {
+    use candle_core::cuda::cudarc::driver::sys::CUmemPool_attribute;
+    let mut threshold = u64::MAX;
+    with_memory_pool(device, |pool| {
+        // SAFETY: the attribute takes a u64 (cuMemPoolSetAttribute's documentation).
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+        }
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn keep_freed_device_memory(_: &Device) -> candle_core::Result<()> {
+    Ok(())
+}
+
+/// Hands the memory cached in the device's pool back to the driver, once the device is idle:
+/// after loading, so that what the weights take is what the device shows in use.
+#[cfg(feature = "cuda")]
+pub fn release_cached_memory(device: &Device) -> candle_core::Result<()> {
+    device.synchronize()?;
+    // SAFETY: trimming only releases memory no live allocation holds.
+    with_memory_pool(device, |pool| unsafe { sys::cuMemPoolTrimTo(pool, 0) })
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn release_cached_memory(_: &Device) -> candle_core::Result<()> {
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+use candle_core::cuda::cudarc::driver::sys;
+
+/// Runs `f` on the default memory pool of a CUDA device (the one stream-ordered allocation
+/// draws from); does nothing on other devices.
+#[cfg(feature = "cuda")]
+fn with_memory_pool(
+    device: &Device,
+    f: impl FnOnce(sys::CUmemoryPool) -> sys::CUresult,
+) -> candle_core::Result<()> {
+    use candle_core::cuda::WrapErr;
+    let Device::Cuda(cuda) = device else {
+        return Ok(());
+    };
+    let context = cuda.cuda_stream().context().clone();
+    context.bind_to_thread().w()?;
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: `pool` receives the handle of the pool the driver owns for this device.
+    unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, context.cu_device()).result() }.w()?;
+    f(pool).result().w()
 }
 
 /// Parses `--device`: one device, or several separated by commas (`cuda:0,cuda:1`), over which

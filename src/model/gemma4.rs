@@ -348,6 +348,7 @@ impl Gemma4 {
         } else {
             embed_tokens.clone()
         };
+        crate::device::release_cached_memory(embed_tokens.device())?;
         Ok(Gemma4 {
             embed_scale: round_to(dtype, (h as f64).sqrt()),
             rope_sliding: rope_table(&config, &layers, LayerKind::Sliding, embed_tokens.device()),
