@@ -9,6 +9,7 @@
 //! mask.
 
 use super::config::{Config, KvSource, LayerKind};
+use crate::kernels::reference::visible;
 use candle_core::{DType, Device, Result, Tensor};
 
 /// What one layer attends with: keys and values `[B, kv_heads, T, D]` and, for a chunk of
@@ -288,79 +289,97 @@ pub fn attention_mask(
     window: Option<usize>,
     device: &Device,
 ) -> Result<Option<Tensor>> {
-    use crate::kernels::reference::visible;
-    // Causality binds hardest at the first query and the window at the last.
-    let last_query = first_query + queries.saturating_sub(1);
-    if key_positions
-        .iter()
-        .all(|&k| visible(first_query, k, window) && visible(last_query, k, window))
-    {
+    let span = MaskSpan {
+        first_query,
+        queries,
+        key_positions,
+        window,
+    };
+    if span.all_visible() {
         return Ok(None);
     }
     match device {
-        Device::Cpu => mask_filled_on_host(first_query, queries, key_positions, window),
-        _ => mask_from_positions(first_query, queries, key_positions, window, device),
+        Device::Cpu => span.host_filled(),
+        _ => span.compared_on(device),
     }
+    .map(Some)
 }
 
-fn mask_filled_on_host(
+/// Which queries look at which keys: what a mask is made from.
+struct MaskSpan<'a> {
     first_query: usize,
     queries: usize,
-    key_positions: &[usize],
+    key_positions: &'a [usize],
     window: Option<usize>,
-) -> Result<Option<Tensor>> {
-    let data: Vec<f32> = (first_query..first_query + queries)
-        .flat_map(|q| {
-            key_positions.iter().map(move |&k| {
-                match crate::kernels::reference::visible(q, k, window) {
-                    true => 0.0,
-                    false => f32::NEG_INFINITY,
-                }
+}
+
+impl MaskSpan<'_> {
+    fn last_query(&self) -> usize {
+        self.first_query + self.queries.saturating_sub(1)
+    }
+
+    /// Causality binds hardest at the first query and the window at the last.
+    fn all_visible(&self) -> bool {
+        self.key_positions.iter().all(|&k| {
+            visible(self.first_query, k, self.window) && visible(self.last_query(), k, self.window)
+        })
+    }
+
+    fn host_filled(&self) -> Result<Tensor> {
+        let data: Vec<f32> = (self.first_query..=self.last_query())
+            .flat_map(|q| {
+                self.key_positions
+                    .iter()
+                    .map(move |&k| match visible(q, k, self.window) {
+                        true => 0.0,
+                        false => f32::NEG_INFINITY,
+                    })
             })
-        })
-        .collect();
-    Tensor::from_vec(data, (queries, key_positions.len()), &Device::Cpu).map(Some)
-}
-
-/// The mask by comparisons of the query and key positions on `device`.
-fn mask_from_positions(
-    first_query: usize,
-    queries: usize,
-    key_positions: &[usize],
-    window: Option<usize>,
-    device: &Device,
-) -> Result<Option<Tensor>> {
-    let last_query = first_query + queries - 1;
-    let position = |p: usize| {
-        u32::try_from(p).map_err(|_| {
-            candle_core::Error::Msg(format!(
-                "position {p} is beyond the masks' 32-bit positions"
-            ))
-        })
-    };
-    let keys_row = |offset: usize| -> Result<Tensor> {
-        let positions = key_positions
-            .iter()
-            .map(|&k| position(k + offset))
-            .collect::<Result<Vec<u32>>>()?;
-        Tensor::from_vec(positions, (1, key_positions.len()), device)
-    };
-    let query_column = Tensor::arange(position(first_query)?, position(last_query + 1)?, device)?
-        .reshape((queries, 1))?;
-    let mut seen = keys_row(0)?.broadcast_le(&query_column)?;
-    if let Some(window) = window {
-        // q − k < W, written k + W > q: unsigned positions never go below zero.
-        seen = seen.mul(&keys_row(window)?.broadcast_gt(&query_column)?)?;
+            .collect();
+        Tensor::from_vec(data, self.shape(), &Device::Cpu)
     }
-    let shape = (queries, key_positions.len());
-    let open = Tensor::zeros((), DType::F32, device)?.broadcast_as(shape)?;
-    let hidden = Tensor::new(f32::NEG_INFINITY, device)?.broadcast_as(shape)?;
-    seen.where_cond(&open, &hidden).map(Some)
+
+    /// The mask by comparisons of the query and key positions on `device`.
+    fn compared_on(&self, device: &Device) -> Result<Tensor> {
+        let position = |p: usize| {
+            u32::try_from(p).map_err(|_| {
+                candle_core::Error::Msg(format!(
+                    "position {p} is beyond the masks' 32-bit positions"
+                ))
+            })
+        };
+        let keys_row = |offset: usize| -> Result<Tensor> {
+            let positions = self
+                .key_positions
+                .iter()
+                .map(|&k| position(k + offset))
+                .collect::<Result<Vec<u32>>>()?;
+            Tensor::from_vec(positions, (1, self.key_positions.len()), device)
+        };
+        let query_column = Tensor::arange(
+            position(self.first_query)?,
+            position(self.last_query() + 1)?,
+            device,
+        )?
+        .reshape((self.queries, 1))?;
+        let mut seen = keys_row(0)?.broadcast_le(&query_column)?;
+        if let Some(window) = self.window {
+            // q − k < W, written k + W > q: unsigned positions never go below zero.
+            seen = seen.mul(&keys_row(window)?.broadcast_gt(&query_column)?)?;
+        }
+        let open = Tensor::zeros((), DType::F32, device)?.broadcast_as(self.shape())?;
+        let hidden = Tensor::new(f32::NEG_INFINITY, device)?.broadcast_as(self.shape())?;
+        seen.where_cond(&open, &hidden)
+    }
+
+    fn shape(&self) -> (usize, usize) {
+        (self.queries, self.key_positions.len())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{attention_mask, mask_from_positions};
+    use super::{attention_mask, MaskSpan};
     use crate::kernels::reference::visible;
     use candle_core::Device;
 
@@ -379,8 +398,13 @@ mod tests {
         ];
         for (first, queries, keys, window) in cases {
             let mask = attention_mask(first, queries, &keys, window, &Device::Cpu).unwrap();
-            let from_positions =
-                mask_from_positions(first, queries, &keys, window, &Device::Cpu).unwrap();
+            let span = MaskSpan {
+                first_query: first,
+                queries,
+                key_positions: &keys,
+                window,
+            };
+            let compared = span.compared_on(&Device::Cpu).unwrap().to_vec2::<f32>();
             let expected: Vec<Vec<f32>> = (first..first + queries)
                 .map(|q| {
                     keys.iter()
@@ -407,12 +431,7 @@ mod tests {
                 }
             }
             // What a GPU builds, here on the CPU, whether or not a mask is needed.
-            let from_positions = from_positions.expect("always a mask").to_vec2::<f32>();
-            assert_eq!(
-                from_positions.unwrap(),
-                expected,
-                "{first}+{queries} from positions"
-            );
+            assert_eq!(compared.unwrap(), expected, "{first}+{queries} compared");
         }
     }
 }
