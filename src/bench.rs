@@ -47,6 +47,10 @@ pub struct Measurement {
     pub tokens_per_s_mean: f64,
     pub tokens_per_s_stddev: f64,
     pub samples_tokens_per_s: Vec<f64>,
+    /// ppN only: the share of each forward's time after which the host had queued all of it,
+    /// averaged. Near 1, the GPU waited for the host (launches, uploads); well below, the GPU
+    /// set the pace.
+    pub host_queued_share: Option<f64>,
 }
 
 /// Positions a test needs: its depth, its tokens, and tgN's one-token prompt (saturating: a
@@ -72,6 +76,7 @@ pub fn measure(
     let mut random_ids =
         |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(3..vocab)).collect() };
     let mut samples = Vec::with_capacity(repetitions);
+    let mut queued_shares = Vec::with_capacity(repetitions);
     for rep in 0..=repetitions {
         let mut session = Session::new(model, decode);
         // The greedy pick after the context: where tgN's decode starts.
@@ -87,8 +92,14 @@ pub fn measure(
                 let ids = random_ids(n);
                 model.device().synchronize()?;
                 let started = Instant::now();
-                greedy(session.prefill(&ids)?)?;
-                started.elapsed().as_secs_f64()
+                let logits = session.prefill(&ids)?;
+                let queued = started.elapsed().as_secs_f64();
+                greedy(logits)?;
+                let seconds = started.elapsed().as_secs_f64();
+                if rep > 0 {
+                    queued_shares.push(queued / seconds);
+                }
+                seconds
             }
             Test::Generate(n) => {
                 let mut next = picked.context("internal: tgN without a prompt")?;
@@ -125,5 +136,7 @@ pub fn measure(
         tokens_per_s_mean: mean,
         tokens_per_s_stddev: variance.sqrt(),
         samples_tokens_per_s: samples,
+        host_queued_share: (!queued_shares.is_empty())
+            .then(|| queued_shares.iter().sum::<f64>() / queued_shares.len() as f64),
     })
 }

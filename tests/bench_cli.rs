@@ -1,5 +1,6 @@
-//! `g4 bench` end to end on the embedded model: tests at several context depths, one row each,
-//! and a depth past the model's context refused before anything runs.
+//! `g4 bench` end to end on the embedded model: tests at several context depths, one row each
+//! (prompt tests with the share of their time the host spent queuing them), and a depth past
+//! the model's context refused before anything runs.
 
 mod common;
 use common::g4;
@@ -22,6 +23,12 @@ fn every_test_runs_at_every_depth() {
         .map(|r| {
             let m = &r["measurement"];
             assert!(m["tokens_per_s_mean"].as_f64().unwrap() > 0.0, "{m}");
+            // How much of a prompt's forward the host spent queuing it: a share, pp tests only.
+            let share = m["host_queued_share"].as_f64();
+            match m["test"].as_str().unwrap().starts_with("pp") {
+                true => assert!(share.is_some_and(|s| s > 0.0 && s <= 1.0), "{m}"),
+                false => assert!(m["host_queued_share"].is_null(), "{m}"),
+            }
             (
                 m["test"].as_str().unwrap().to_string(),
                 m["depth"].as_u64().unwrap(),

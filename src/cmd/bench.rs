@@ -133,6 +133,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         let show = |b: Option<u64>| mib(b).map_or("unknown".to_string(), |m| format!("{m:.0} MiB"));
         println!();
+        let queued: Vec<String> = rows
+            .iter()
+            .filter_map(|(_, row)| {
+                let share = row.host_queued_share?;
+                Some(format!("{} {:.0}%", row.test, share * 100.0))
+            })
+            .collect();
+        if !queued.is_empty() {
+            println!(
+                "host had queued each prompt's forward after (share of its time): {}",
+                queued.join(", ")
+            );
+        }
         print!(
             "weights: {:.0} MiB on {}{}",
             model.device_weight_bytes() as f64 / 1048576.0,
