@@ -105,7 +105,8 @@ pub fn release_cached_memory(_: &Device) -> candle_core::Result<()> {
 use candle_core::cuda::cudarc::driver::sys;
 
 /// Runs `f` on the default memory pool of a CUDA device (the one stream-ordered allocation
-/// draws from); does nothing on other devices.
+/// draws from); does nothing on other devices, nor on a GPU or driver without memory pools,
+/// where cudarc allocates with plain `cuMemAlloc` and there is no pool to keep memory in.
 #[cfg(feature = "cuda")]
 fn with_memory_pool(
     device: &Device,
@@ -116,6 +117,9 @@ fn with_memory_pool(
         return Ok(());
     };
     let context = cuda.cuda_stream().context().clone();
+    if !context.has_async_alloc() {
+        return Ok(());
+    }
     context.bind_to_thread().w()?;
     let mut pool = std::ptr::null_mut();
     // SAFETY: `pool` receives the handle of the pool the driver owns for this device.
