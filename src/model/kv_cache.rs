@@ -314,19 +314,23 @@ struct MaskSpan<'a> {
 }
 
 impl MaskSpan<'_> {
-    fn last_query(&self) -> usize {
-        self.first_query + self.queries.saturating_sub(1)
+    fn query_positions(&self) -> std::ops::Range<usize> {
+        self.first_query..self.first_query + self.queries
     }
 
     /// Causality binds hardest at the first query and the window at the last.
     fn all_visible(&self) -> bool {
+        let Some(last_query) = self.query_positions().last() else {
+            return true;
+        };
         self.key_positions.iter().all(|&k| {
-            visible(self.first_query, k, self.window) && visible(self.last_query(), k, self.window)
+            visible(self.first_query, k, self.window) && visible(last_query, k, self.window)
         })
     }
 
     fn host_filled(&self) -> Result<Tensor> {
-        let data: Vec<f32> = (self.first_query..=self.last_query())
+        let data: Vec<f32> = self
+            .query_positions()
             .flat_map(|q| {
                 self.key_positions
                     .iter()
@@ -356,12 +360,10 @@ impl MaskSpan<'_> {
                 .collect::<Result<Vec<u32>>>()?;
             Tensor::from_vec(positions, (1, self.key_positions.len()), device)
         };
-        let query_column = Tensor::arange(
-            position(self.first_query)?,
-            position(self.last_query() + 1)?,
-            device,
-        )?
-        .reshape((self.queries, 1))?;
+        let queries = self.query_positions();
+        let query_column =
+            Tensor::arange(position(queries.start)?, position(queries.end)?, device)?
+                .reshape((self.queries, 1))?;
         let mut seen = keys_row(0)?.broadcast_le(&query_column)?;
         if let Some(window) = self.window {
             // q − k < W, written k + W > q: unsigned positions never go below zero.
@@ -389,8 +391,9 @@ mod tests {
     #[test]
     fn attention_mask_follows_the_visibility_rule() {
         let ring: Vec<usize> = (8..12).chain(4..8).chain(12..18).collect();
-        let cases: [(usize, usize, Vec<usize>, Option<usize>); 5] = [
+        let cases: [(usize, usize, Vec<usize>, Option<usize>); 6] = [
             (0, 7, (0..7).collect(), Some(4)),
+            (5, 1, (0..8).collect(), Some(4)),
             (12, 6, ring, Some(8)),
             (5, 3, (0..8).collect(), None),
             (9, 2, (3..9).collect(), Some(8)),
