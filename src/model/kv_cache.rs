@@ -281,7 +281,7 @@ impl RingCache {
 
 /// The additive mask `[S, T]` for queries at `first_query ..` over `key_positions`, or `None`
 /// when every key is visible to every query. A GPU builds it from the keys' positions: filled on
-/// the host, a 512-token piece's mask over 4,096 keys took 33 ms and a copy the GPU waited for.
+/// the host, a 512-token piece's mask over 4,096 keys took 33 ms while the GPU waited.
 pub fn attention_mask(
     first_query: usize,
     queries: usize,
