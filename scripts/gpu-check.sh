@@ -72,6 +72,13 @@ if [[ " $STEPS " == *" goldens "* ]]; then
   $G4 verify-golden --device cuda --ple device | tee "$OUT/goldens-f32-ple-device.txt"
   echo "== verify-golden --device cuda --decode eager (f32, token-exact)"
   $G4 verify-golden --device cuda --decode eager | tee "$OUT/goldens-f32-eager.txt"
+  # Prompts in pieces of 3 and 8 tokens: every piece after the first attends over a cache, and
+  # windows of 8 wrap the sliding rings, so the masks built on the device cover every case.
+  for chunk in 3 8; do
+    echo "== verify-golden --device cuda --prefill-chunk $chunk (f32, token-exact)"
+    $G4 verify-golden --device cuda --prefill-chunk $chunk > "$OUT/goldens-f32-chunk-$chunk.txt"
+    tail -1 "$OUT/goldens-f32-chunk-$chunk.txt"
+  done
   # bf16 cannot match f32 goldens token for token: this one is a report of top-1 agreement, and
   # its non-zero exit (cases not token-exact) does not fail the check.
   echo "== verify-golden --device cuda --dtype bf16 (top-1 agreement; a report, not a check)"
@@ -104,7 +111,7 @@ fi
 if [[ " $STEPS " == *" bench "* || " $STEPS " == *" g4bench "* ]]; then
   echo "== g4 bench E4B bf16"
   $G4 bench --model "$E4B" --device cuda --dtype bf16 --tests pp512,tg128 --decode eager,graph -r 3 --json | tee "$OUT/bench-g4.json"
-  python3 -c "import json,sys; [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in json.load(open(sys.argv[1]))['results']]" "$OUT/bench-g4.json"
+  python3 -c "import json,sys; [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1), '' if r['measurement']['host_queued_share'] is None else 'host queued after %.0f%%' % (100 * r['measurement']['host_queued_share'])) for r in json.load(open(sys.argv[1]))['results']]" "$OUT/bench-g4.json"
 fi
 if [[ " $STEPS " == *" long "* ]]; then
   echo "== g4 bench E4B bf16: long prompts, and decode after a long context"
