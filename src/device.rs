@@ -1,6 +1,8 @@
 //! `--device` and `--dtype` parsing, and what g4 knows about the device it runs on.
 
 use anyhow::{bail, Context, Result};
+#[cfg(feature = "cuda")]
+use candle_core::cuda::cudarc::driver::sys;
 use candle_core::{DType, Device};
 
 /// Parses `cpu`, `cuda`, `cuda:N`, `metal` or `metal:N` and opens the device; `hip[:N]` is
@@ -27,9 +29,7 @@ pub fn open_device(spec: &str) -> Result<Device> {
             let device = Device::new_cuda(ordinal).map_err(|e| {
                 anyhow::anyhow!("--device {spec}: cannot open CUDA device {ordinal}: {e}")
             })?;
-            without_event_tracking(&device);
-            keep_freed_device_memory(&device)
-                .map_err(|e| anyhow::anyhow!("--device {spec}: {e}"))?;
+            set_up_cuda(&device).map_err(|e| anyhow::anyhow!("--device {spec}: {e}"))?;
             Ok(device)
         }
         "metal" => Device::new_metal(ordinal)
@@ -46,29 +46,22 @@ pub fn open_device(spec: &str) -> Result<Device> {
     }
 }
 
-/// Stops cudarc from creating and destroying two CUDA events with every buffer it allocates.
-/// They order a buffer's uses across streams, and g4 runs all of a device's work on candle's one
-/// stream, where cudarc never records them: a prefill allocates about a thousand buffers, and
-/// their events were host time the GPU waited for.
+/// How g4 runs a CUDA device, set once when it opens:
+/// - cudarc creates no CUDA events with the buffers it allocates. They order a buffer's uses
+///   across streams, and g4 runs all of a device's work on candle's one stream, where cudarc
+///   never records them: a prefill allocates about a thousand buffers, two events each.
+/// - The device's memory pool keeps what freed buffers return, rather than handing it back to
+///   the driver at every synchronisation (its default). Every forward ends in one, so each
+///   prompt and each eager decode step mapped its working memory afresh: host time the GPU
+///   waited for. [`release_cached_memory`] hands it back.
 #[cfg(feature = "cuda")]
-fn without_event_tracking(device: &Device) {
+fn set_up_cuda(device: &Device) -> candle_core::Result<()> {
+    use sys::CUmemPool_attribute;
     if let Device::Cuda(cuda) = device {
         // SAFETY: no second stream exists on this context (g4 creates none), so no buffer has a
         // use on another stream to wait for.
         unsafe { cuda.disable_event_tracking() }
     }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn without_event_tracking(_: &Device) {}
-
-/// Keeps the memory that freed buffers return to the device's pool, rather than handing it back
-/// to the driver at every synchronisation (the pool's default). Every forward ends in one, so
-/// each prompt and each eager decode step mapped its working memory afresh: host time the GPU
-/// waited for, varying from process to process. [`release_cached_memory`] hands it back.
-#[cfg(feature = "cuda")]
-fn keep_freed_device_memory(device: &Device) -> candle_core::Result<()> {
-    use candle_core::cuda::cudarc::driver::sys::CUmemPool_attribute;
     let mut threshold = u64::MAX;
     with_memory_pool(device, |pool| {
         // SAFETY: the attribute takes a u64 (cuMemPoolSetAttribute's documentation).
@@ -83,7 +76,7 @@ fn keep_freed_device_memory(device: &Device) -> candle_core::Result<()> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn keep_freed_device_memory(_: &Device) -> candle_core::Result<()> {
+fn set_up_cuda(_: &Device) -> candle_core::Result<()> {
     Ok(())
 }
 
@@ -100,9 +93,6 @@ pub fn release_cached_memory(device: &Device) -> candle_core::Result<()> {
 pub fn release_cached_memory(_: &Device) -> candle_core::Result<()> {
     Ok(())
 }
-
-#[cfg(feature = "cuda")]
-use candle_core::cuda::cudarc::driver::sys;
 
 /// Runs `f` on the default memory pool of a CUDA device (the one stream-ordered allocation
 /// draws from); does nothing on other devices, nor on a GPU or driver without memory pools,
