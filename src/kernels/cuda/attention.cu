@@ -264,10 +264,11 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
 // Merges each query row's chunks, for this decode kernel and the flash kernel alike: partials
 // [row][chunk][D] with each chunk's (max, sum) in natural-log units; a chunk with no visible key
 // has max −∞ and adds nothing, and a row with none attends to nothing (zeros). A row's D outputs
-// are spread over several blocks (blockDim elements each), so that the few rows of a decode step still fill the GPU when their chunks are many. The block finds
-// the row's maximum and each chunk's weight once, in shared memory; each thread then sums its
-// output over the chunks in chunk order with loads that do not wait on one another (each thread
-// re-deriving the weights chunk by chunk made the merge walk its chunks latency-bound).
+// are spread over several blocks (blockDim elements each), so that the few rows of a decode
+// step still fill the GPU when their chunks are many. The block finds the row's maximum and each
+// chunk's weight once, in shared memory; each thread then sums its output over the chunks in
+// chunk order with loads that do not wait on one another (each thread re-deriving the weights
+// chunk by chunk made the merge walk its chunks latency-bound).
 template <typename T>
 __device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits) {
     __shared__ float weights[G4_ATTN_MAX_SPLITS];
