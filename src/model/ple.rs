@@ -1,10 +1,13 @@
 //! Per-layer embeddings (GEMMA4_TEXT.md §2.2) and where their table lives.
 //!
 //! The table (`[vocab, L·Dp]`; 2.8 B parameters in E4B, 5.6 GB in bf16) is read one row per
-//! token. On a GPU it can stay in host memory, memory-mapped from the checkpoint: each forward
-//! gathers its tokens' rows on the host and copies them to the device (through pinned staging,
-//! see `native::upload`), so the GPU holds only the rows in flight. A decode step's row is an
-//! input of the step, written before it runs like its token and position are.
+//! token. On a GPU it can stay in host memory, memory-mapped from the checkpoint, so the GPU
+//! holds only the rows in flight. On CUDA the mapping is also page-locked and mapped into the
+//! device's address space: a prompt's rows are gathered by the GPU, reading host memory in
+//! place. (Gathered by host threads and copied through pinned staging, see `native::upload`,
+//! the GPU sat idle for 1–2 ms at the start of every E4B prompt.) Elsewhere, or where the driver
+//! cannot lock the pages, the host gathers. A decode step's row is an input of the step,
+//! written before it runs like its token and position are.
 
 use super::config::Config;
 use super::projection::Projection;
@@ -63,7 +66,12 @@ impl PlePlacement {
 
 enum Table {
     Device(Tensor),
-    Host(HostRows),
+    Host {
+        /// The rows locked and mapped for the GPU, where it can read them in place. Declared
+        /// before `rows` so that it is unregistered before their mapping goes.
+        mapped: Option<native::MappedTable>,
+        rows: HostRows,
+    },
 }
 
 pub struct PerLayerEmbeddings {
@@ -123,7 +131,15 @@ impl PerLayerEmbeddings {
         let name = "embed_tokens_per_layer.weight";
         let table = match placement {
             PlePlacement::Device => Table::Device(ckpt.tensor(name, &[spec.vocab_size, total])?),
-            PlePlacement::Host => Table::Host(ckpt.host_rows(name, [spec.vocab_size, total])?),
+            PlePlacement::Host => {
+                let rows = ckpt.host_rows(name, [spec.vocab_size, total])?;
+                // A driver that cannot lock the pages (a memlock limit, no unified addressing)
+                // leaves the gather to the host: slower to start a prompt, the same results.
+                let mapped = native::MappedTable::register(ckpt.device(), rows.bytes())
+                    .ok()
+                    .flatten();
+                Table::Host { mapped, rows }
+            }
         };
         Ok(Some(PerLayerEmbeddings {
             width: spec.width,
@@ -144,7 +160,7 @@ impl PerLayerEmbeddings {
     pub fn device_weights(&self) -> impl Iterator<Item = &Tensor> {
         let table = match &self.table {
             Table::Device(table) => Some(table),
-            Table::Host(_) => None,
+            Table::Host { .. } => None,
         };
         self.model_projection
             .tensors()
@@ -155,7 +171,7 @@ impl PerLayerEmbeddings {
     /// Bytes of the table kept in host memory (0 when it is on the device).
     pub fn host_table_bytes(&self) -> usize {
         match &self.table {
-            Table::Host(rows) => rows.total_bytes(),
+            Table::Host { rows, .. } => rows.total_bytes(),
             Table::Device(_) => 0,
         }
     }
@@ -167,7 +183,7 @@ impl PerLayerEmbeddings {
     pub fn placement(&self) -> PlePlacement {
         match self.table {
             Table::Device(_) => PlePlacement::Device,
-            Table::Host(_) => PlePlacement::Host,
+            Table::Host { .. } => PlePlacement::Host,
         }
     }
 
@@ -175,14 +191,14 @@ impl PerLayerEmbeddings {
     /// table in host memory.
     pub fn host_row_layout(&self) -> Option<(DType, usize)> {
         match &self.table {
-            Table::Host(rows) => Some((rows.dtype(), rows.cols())),
+            Table::Host { rows, .. } => Some((rows.dtype(), rows.cols())),
             Table::Device(_) => None,
         }
     }
 
     /// Writes the row of `ple_id` of a host table into `buffer` (`[1, L·Dp]`, stored dtype).
     pub fn stage_row(&self, ple_id: u32, buffer: &Tensor) -> Result<()> {
-        let Table::Host(rows) = &self.table else {
+        let Table::Host { rows, .. } = &self.table else {
             bail!("internal: the per-layer table is on the device; it has no rows to stage");
         };
         native::upload_rows(buffer, &mut |_, out| rows.gather(&[ple_id], out))?;
@@ -199,11 +215,24 @@ impl PerLayerEmbeddings {
         let context = rms_norm(&context, Some(&self.projection_norm), config.rms_norm_eps)?;
         let whole_rows = match (rows, &self.table) {
             (TokenRows::Ids(ids), Table::Device(table)) => table.index_select(ids, 0)?,
-            (TokenRows::Gathered(rows), Table::Host(_)) => rows.to_dtype(self.dtype)?,
+            (TokenRows::Gathered(rows), Table::Host { .. }) => rows.to_dtype(self.dtype)?,
             // Whole rows, one contiguous copy per token: gathering one layer's 512-byte slice of
             // every row per layer took 42 scattered passes over the table and three launches
             // per layer (E4B).
-            (TokenRows::HostIds(ids), Table::Host(rows)) => {
+            (
+                TokenRows::HostIds(ids),
+                Table::Host {
+                    mapped: Some(mapped),
+                    rows,
+                },
+            ) => {
+                rows.check_rows(ids)?;
+                let ids = Tensor::new(ids, &self.device)?;
+                mapped
+                    .gather_rows(&ids, rows.row_bytes(), rows.dtype(), rows.cols())?
+                    .to_dtype(self.dtype)?
+            }
+            (TokenRows::HostIds(ids), Table::Host { mapped: None, rows }) => {
                 let shape = (ids.len(), rows.cols());
                 native::upload_new(rows.dtype(), shape, &self.device, &mut |range, out| {
                     rows.gather(&ids[range], out)

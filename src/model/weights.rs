@@ -745,6 +745,22 @@ impl HostRows {
         self.rows * self.row_bytes()
     }
 
+    /// The whole table as stored (what a GPU maps to read rows in place).
+    pub fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            RowBytes::Mapped(map) => map,
+            RowBytes::Embedded(b) => b,
+        }
+    }
+
+    /// An error naming the first of `ids` past the table's last row.
+    pub fn check_rows(&self, ids: &[u32]) -> candle_core::Result<()> {
+        match ids.iter().find(|&&id| id as usize >= self.rows) {
+            Some(bad) => candle_core::bail!("row {bad} is outside a table of {} rows", self.rows),
+            None => Ok(()),
+        }
+    }
+
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
         self.cols * self.dtype.size_in_bytes()
@@ -761,13 +777,8 @@ impl HostRows {
                 ids.len()
             );
         }
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.rows) {
-            candle_core::bail!("row {bad} is outside a table of {} rows", self.rows);
-        }
-        let table: &[u8] = match &self.bytes {
-            RowBytes::Mapped(map) => map,
-            RowBytes::Embedded(b) => b,
-        };
+        self.check_rows(ids)?;
+        let table = self.bytes();
         let copy = |ids: &[u32], out: &mut [u8]| {
             for (&id, slice) in ids.iter().zip(out.chunks_exact_mut(row)) {
                 let start = id as usize * row;

@@ -47,3 +47,28 @@ __device__ void gelu_and_mul(const T* packed, T* out, unsigned rows, unsigned d)
         G4_GRID_STRIDE(i, n) { out[i] = g4_from_f32<T>(cap * tanhf(g4_to_f32(x[i]) / cap)); }            \
     }
 G4_FOR_FLOAT_TYPES(G4_ELEMENTWISE)
+
+// gather_rows_mapped: out[i] = table[ids[i]], whole rows of `row_vecs` 16-byte vectors, the table
+// in page-locked host memory mapped for the device: the GPU reads a prompt's per-layer rows in
+// place, and the host gathers nothing. One block per row.
+extern "C" __global__ void g4_gather_rows_mapped(const uint4* table, const unsigned* ids, uint4* out,
+                                                 unsigned row_vecs) {
+    G4_KERNEL_START();
+    const uint4* row = table + (size_t)ids[blockIdx.x] * row_vecs;
+    uint4* dst = out + (size_t)blockIdx.x * row_vecs;
+    for (unsigned v = threadIdx.x; v < row_vecs; v += blockDim.x) {
+        dst[v] = row[v];
+    }
+}
+
+// The same for a table or rows not aligned to 16 bytes (a safetensors tensor starts where the
+// one before it ended): 2-byte units.
+extern "C" __global__ void g4_gather_rows_mapped_u16(const unsigned short* table, const unsigned* ids,
+                                                     unsigned short* out, unsigned row_units) {
+    G4_KERNEL_START();
+    const unsigned short* row = table + (size_t)ids[blockIdx.x] * row_units;
+    unsigned short* dst = out + (size_t)blockIdx.x * row_units;
+    for (unsigned v = threadIdx.x; v < row_units; v += blockDim.x) {
+        dst[v] = row[v];
+    }
+}

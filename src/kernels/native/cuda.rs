@@ -612,3 +612,107 @@ pub fn upload_rows(
     }
     Ok(())
 }
+
+/// Host memory the GPU reads in place: page-locked and mapped into the device's address space
+/// (read-only), unregistered on drop.
+pub struct MappedHost {
+    /// The page-aligned start that was registered.
+    registered: usize,
+    /// The device address of the first byte of the caller's range.
+    device_address: u64,
+    context: std::sync::Arc<candle_core::cuda::cudarc::driver::CudaContext>,
+}
+
+// SAFETY: the registration is a process-wide driver state; the handle only names it.
+unsafe impl Send for MappedHost {}
+unsafe impl Sync for MappedHost {}
+
+impl MappedHost {
+    /// Registers `bytes` (which must outlive the registration) for `device`.
+    pub fn register(device: &Device, bytes: &[u8]) -> Result<MappedHost> {
+        let dev = cuda_device(device)?;
+        let context = dev.cuda_stream().context().clone();
+        context.bind_to_thread().w()?;
+        let page = 4096usize;
+        let start = bytes.as_ptr() as usize;
+        let registered = start - start % page;
+        let end = (start + bytes.len()).next_multiple_of(page);
+        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: the range lies in pages the caller's mapping holds (a mapping covers whole
+        // pages), and stays mapped until `drop` unregisters it.
+        unsafe { sys::cuMemHostRegister_v2(registered as *mut c_void, end - registered, flags) }
+            .result()
+            .w()?;
+        let mut base: sys::CUdeviceptr = 0;
+        // SAFETY: `registered` was registered with DEVICEMAP just above.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut base, registered as *mut c_void, 0) }
+            .result()
+            .w()?;
+        Ok(MappedHost {
+            registered,
+            device_address: base + (start - registered) as u64,
+            context,
+        })
+    }
+
+    /// Gathers rows `ids` (`[n]` u32 on the device) of `row_bytes` each into a new `[n, cols]`
+    /// tensor of `dtype`.
+    pub fn gather_rows(
+        &self,
+        ids: &Tensor,
+        row_bytes: usize,
+        dtype: DType,
+        cols: usize,
+    ) -> Result<Tensor> {
+        let n = ids.dim(0)?;
+        let out = empty(&Shape::from((n, cols)), dtype, ids.device())?;
+        let dev = cuda_device(ids.device())?;
+        let stream = dev.cuda_stream();
+        let vectors = (self.device_address as usize | row_bytes).is_multiple_of(16);
+        let (kernel, unit) = match vectors {
+            true => ("g4_gather_rows_mapped", 16),
+            false => ("g4_gather_rows_mapped_u16", 2),
+        };
+        let func = function(dev, kernel)?;
+        let mut table = self.device_address;
+        let mut ids_ptr = address(ids, false, &stream)?;
+        let mut out_ptr = address(&out, false, &stream)?;
+        let mut row_vecs = (row_bytes / unit) as u32;
+        let mut params: [*mut c_void; 4] = [
+            (&mut table as *mut u64).cast(),
+            (&mut ids_ptr as *mut u64).cast(),
+            (&mut out_ptr as *mut u64).cast(),
+            (&mut row_vecs as *mut u32).cast(),
+        ];
+        stream.context().bind_to_thread().w()?;
+        // SAFETY: the table holds every row `ids` names (checked by the caller), `out` has `n`
+        // rows of `row_bytes`, and `params` matches the kernel's signature.
+        unsafe {
+            sys::cuLaunchKernel(
+                func.cu_function(),
+                n as u32,
+                1,
+                1,
+                256,
+                1,
+                1,
+                0,
+                stream.cu_stream(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .w()?;
+        Ok(out)
+    }
+}
+
+impl Drop for MappedHost {
+    fn drop(&mut self) {
+        if self.context.bind_to_thread().is_ok() {
+            // SAFETY: `registered` was registered by `register`; nothing reads it after drop.
+            let _ = unsafe { sys::cuMemHostUnregister(self.registered as *mut c_void) };
+        }
+    }
+}

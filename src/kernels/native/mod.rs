@@ -531,6 +531,48 @@ pub fn upload_new(
     Ok(dst)
 }
 
+/// A host table the device reads in place: page-locked and mapped for the GPU, so that a
+/// gather of its rows runs on the device and the host copies nothing (CUDA only).
+pub struct MappedTable {
+    #[cfg(feature = "cuda")]
+    inner: cuda::MappedHost,
+}
+
+impl MappedTable {
+    /// Registers `bytes` for `device`; `None` on devices that cannot read host memory in place.
+    /// `bytes` must outlive the table.
+    pub fn register(device: &Device, bytes: &[u8]) -> Result<Option<MappedTable>> {
+        match device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => Ok(Some(MappedTable {
+                inner: cuda::MappedHost::register(device, bytes)?,
+            })),
+            _ => {
+                let _ = bytes;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Rows `ids` (`[n]` u32 on the device, each within the table) of `row_bytes` bytes, as a
+    /// new `[n, cols]` tensor of `dtype`.
+    pub fn gather_rows(
+        &self,
+        ids: &Tensor,
+        row_bytes: usize,
+        dtype: DType,
+        cols: usize,
+    ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        return self.inner.gather_rows(ids, row_bytes, dtype, cols);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (ids, row_bytes, dtype, cols);
+            candle_core::bail!("internal: no mapped table without CUDA")
+        }
+    }
+}
+
 /// Whether steps can be recorded into a graph on `device`.
 pub fn can_capture(device: &Device) -> bool {
     cfg!(feature = "cuda") && device.is_cuda()
