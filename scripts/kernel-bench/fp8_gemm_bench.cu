@@ -1,0 +1,268 @@
+// Issue #17's prefill question at E4B's projection shapes (512 tokens): what a GEMM over e4m3
+// weights with one f32 scale per row costs, against bf16's cuBLAS GEMM on the same weights
+// dequantised once (what a bf16 checkpoint runs). Paths, each timed as a CUDA graph and checked
+// against an f64 product of the exact e4m3 weights and bf16 inputs (16 rows, every column):
+//   bf16        cuBLASLt bf16 GEMM on pre-dequantised weights (the bf16 checkpoint's cost)
+//   dequant     g4's dequant_fp8_channel into a scratch weight, then the bf16 GEMM (g4 today)
+//   fp8 x2      X split per row into two e4m3 terms (hi + lo/16, exact for bf16 inputs over
+//               e4m3's range), two FP8 tensor-core GEMMs with the row scales as cuBLASLt outer
+//               vectors, lo first so that hi's accumulates onto it (C = D, beta 1)
+//   fp8 x1      the hi term alone (W8A8 as vLLM runs it): the speed such a GEMM could reach,
+//               at e4m3's precision for the activations
+// cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
+// are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
+#include <dlfcn.h>
+#include <cuda_fp8.h>
+#include "bench_common.cuh"
+#include "../../src/kernels/cuda/fp8.cu"
+
+enum : int {
+    COMPUTE_32F = 68,
+    DESC_TRANSA = 3,
+    DESC_TRANSB = 4,
+    DESC_A_SCALE_POINTER = 17,
+    DESC_B_SCALE_POINTER = 18,
+    DESC_A_SCALE_MODE = 31,
+    DESC_B_SCALE_MODE = 32,
+    SCALE_OUTER_VEC_32F = 3,
+    PREF_MAX_WORKSPACE_BYTES = 1,
+};
+
+struct HeuristicResult {
+    uint64_t algo[8];
+    size_t workspace;
+    int state;
+    float waves;
+    int reserved[4];
+};
+
+struct Lt {
+    void* handle = nullptr;
+    int (*create)(void**);
+    int (*desc_create)(void**, int, int);
+    int (*desc_set)(void*, int, const void*, size_t);
+    int (*layout_create)(void**, int, uint64_t, uint64_t, int64_t);
+    int (*pref_create)(void**);
+    int (*pref_set)(void*, int, const void*, size_t);
+    int (*heuristic)(void*, void*, void*, void*, void*, void*, void*, int, HeuristicResult*, int*);
+    int (*matmul)(void*, void*, const void*, const void*, void*, const void*, void*, const void*, const void*, void*,
+                  void*, void*, const void*, void*, size_t, cudaStream_t);
+    void* workspace = nullptr;
+    static constexpr size_t WORKSPACE = 32 << 20;
+
+    bool load() {
+        void* lib = dlopen("libcublasLt.so.13", RTLD_NOW);
+        if (!lib) return false;
+        create = (decltype(create))dlsym(lib, "cublasLtCreate");
+        desc_create = (decltype(desc_create))dlsym(lib, "cublasLtMatmulDescCreate");
+        desc_set = (decltype(desc_set))dlsym(lib, "cublasLtMatmulDescSetAttribute");
+        layout_create = (decltype(layout_create))dlsym(lib, "cublasLtMatrixLayoutCreate");
+        pref_create = (decltype(pref_create))dlsym(lib, "cublasLtMatmulPreferenceCreate");
+        pref_set = (decltype(pref_set))dlsym(lib, "cublasLtMatmulPreferenceSetAttribute");
+        heuristic = (decltype(heuristic))dlsym(lib, "cublasLtMatmulAlgoGetHeuristic");
+        matmul = (decltype(matmul))dlsym(lib, "cublasLtMatmul");
+        if (!create || !desc_create || !desc_set || !layout_create || !pref_create || !pref_set || !heuristic ||
+            !matmul || create(&handle) != 0)
+            return false;
+        CHECK(cudaMalloc(&workspace, WORKSPACE));
+        return true;
+    }
+};
+
+// One planned row-major Y[m, n] = X[m, k] · W[n, k]ᵀ (column-major Yᵀ = Wᵀ·X: A = W transposed,
+// B = X, the TN layout FP8 requires), optionally with outer-vector scales and C = D.
+struct Gemm {
+    Lt* lt;
+    void *desc, *a_layout, *b_layout, *d_layout;
+    HeuristicResult plan;
+    int status = -1;
+
+    Gemm(Lt* lt, int input_type, int m, int n, int k, const float* w_scale, const float* x_scale) : lt(lt) {
+        const int trans = 1, no_trans = 0;
+        if (lt->desc_create(&desc, COMPUTE_32F, CUDA_R_32F) != 0) return;
+        lt->desc_set(desc, DESC_TRANSA, &trans, 4);
+        lt->desc_set(desc, DESC_TRANSB, &no_trans, 4);
+        if (w_scale) {
+            const int mode = SCALE_OUTER_VEC_32F;
+            lt->desc_set(desc, DESC_A_SCALE_MODE, &mode, 4);
+            lt->desc_set(desc, DESC_B_SCALE_MODE, &mode, 4);
+            lt->desc_set(desc, DESC_A_SCALE_POINTER, &w_scale, 8);
+            lt->desc_set(desc, DESC_B_SCALE_POINTER, &x_scale, 8);
+        }
+        lt->layout_create(&a_layout, input_type, k, n, k);
+        lt->layout_create(&b_layout, input_type, k, m, k);
+        lt->layout_create(&d_layout, CUDA_R_16BF, n, m, n);
+        void* pref;
+        lt->pref_create(&pref);
+        const size_t workspace = Lt::WORKSPACE;
+        lt->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &workspace, 8);
+        int found = 0;
+        status = lt->heuristic(lt->handle, desc, a_layout, b_layout, d_layout, d_layout, pref, 1, &plan, &found);
+        if (status == 0 && found == 0) status = -2;
+    }
+
+    int run(const void* w, const void* x, void* y, float alpha, float beta, cudaStream_t stream) {
+        return lt->matmul(lt->handle, desc, &alpha, w, a_layout, x, b_layout, &beta, y, d_layout, y, d_layout, plan.algo,
+                          lt->workspace, Lt::WORKSPACE, stream);
+    }
+};
+
+// Per row of X: scale = the power of two that brings the row's largest |x| to at most 448, hi =
+// e4m3(x / scale), lo = e4m3(16·(x / scale − hi)). For bf16 x, hi keeps 4 significant bits and
+// lo the next 4, so hi + lo/16 is x / scale exactly unless x / scale falls below e4m3's normals.
+__global__ void split_rows(const bf* x, __nv_fp8_e4m3* hi, __nv_fp8_e4m3* lo, float* scale, int k) {
+    const bf* row = x + (size_t)blockIdx.x * k;
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(row[i])));
+    __shared__ float partial[32];
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
+    __syncthreads();
+    amax = 0.0f;
+    for (int w = 0; w < (int)blockDim.x / 32; ++w) amax = fmaxf(amax, partial[w]);
+    const float s = amax > 0.0f ? exp2f(ceilf(log2f(amax / 448.0f))) : 1.0f;
+    if (threadIdx.x == 0) scale[blockIdx.x] = s;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        const float v = __bfloat162float(row[i]) / s;
+        const __nv_fp8_e4m3 h(v);
+        hi[(size_t)blockIdx.x * k + i] = h;
+        lo[(size_t)blockIdx.x * k + i] = __nv_fp8_e4m3((v - float(h)) * 16.0f);
+    }
+}
+
+__global__ void scale_by(const float* in, float* out, int count, float factor) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < count) out[i] = in[i] * factor;
+}
+
+static float e4m3_value(uint8_t bits) {
+    const float sign = bits & 0x80 ? -1.0f : 1.0f;
+    const int exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
+    if (exponent == 0) return sign * ldexpf((float)mantissa, -9);
+    return sign * ldexpf(1.0f + mantissa / 8.0f, exponent - 7);
+}
+
+int main() {
+    Bench bench;
+    Lt lt;
+    if (!lt.load()) {
+        printf("libcublasLt.so.13 not loaded\n");
+        return 1;
+    }
+    struct Shape {
+        const char* name;
+        int n, k;
+    };
+    const int m = 512, checked_rows = 16;
+    printf("%-8s %-34s %10s %10s %12s %12s\n", "proj", "path", "µs", "TFLOP/s", "rel RMS err", "max rel err");
+    for (const Shape shape : {Shape{"qkv", 3072, 2560}, Shape{"o", 2560, 2048}, Shape{"gate_up", 20480, 2560},
+                              Shape{"down", 2560, 10240}}) {
+        const int n = shape.n, k = shape.k;
+        // Weights: every finite e4m3 value equally likely; scales as a checkpoint's (≈ 1/448 of a
+        // row's range); inputs: bf16 normals with a few 30× outlier columns, as after a norm.
+        std::vector<uint8_t> w(n * (size_t)k);
+        std::vector<float> w_scale(n);
+        std::vector<uint16_t> x(m * (size_t)k);
+        uint64_t state = 88172645463325252ull;
+        auto next = [&] {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            return state;
+        };
+        for (auto& v : w) {
+            do v = (uint8_t)next();
+            while ((v & 0x7f) == 0x7f);
+        }
+        for (auto& s : w_scale) s = (0.5f + (next() % 1000) / 1000.0f) * 0.02f / 448.0f;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const double u1 = (next() % 1000000 + 1) / 1e6, u2 = (next() % 1000000) / 1e6;
+            float v = (float)(sqrt(-2 * log(u1)) * cos(6.283185307 * u2));
+            if (i % k % 97 == 0) v *= 30.0f;
+            uint32_t bits;
+            memcpy(&bits, &v, 4);
+            x[i] = (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+        }
+        // The f64 reference over the first rows.
+        std::vector<double> want(checked_rows * (size_t)n);
+        std::vector<float> w_value(256);
+        for (int b = 0; b < 256; ++b) w_value[b] = e4m3_value((uint8_t)b);
+        for (int r = 0; r < checked_rows; ++r)
+            for (int c = 0; c < n; ++c) {
+                double sum = 0;
+                for (int i = 0; i < k; ++i)
+                    sum += (double)bf16_bits_to_float(x[r * (size_t)k + i]) * w_value[w[c * (size_t)k + i]];
+                want[r * (size_t)n + c] = sum * w_scale[c];
+            }
+        uint8_t* w_dev = bench.alloc<uint8_t>(w.size());
+        float* w_scale_dev = bench.alloc<float>(n);
+        bf* x_dev = bench.alloc<bf>(x.size());
+        bf* dense = bench.alloc<bf>(w.size());
+        bf* y = bench.alloc<bf>(m * (size_t)n);
+        __nv_fp8_e4m3* hi = bench.alloc<__nv_fp8_e4m3>(x.size());
+        __nv_fp8_e4m3* lo = bench.alloc<__nv_fp8_e4m3>(x.size());
+        float* x_scale = bench.alloc<float>(m);
+        float* x_scale_lo = bench.alloc<float>(m);
+        CHECK(cudaMemcpy(w_dev, w.data(), w.size(), cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(w_scale_dev, w_scale.data(), n * 4, cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(x_dev, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+        auto dequant = [&] {
+            g4_dequant_fp8_channel_bf16<<<bench.sms * 8, 256, 0, bench.stream>>>(w_dev, w_scale_dev, dense, n, k);
+        };
+        dequant();
+        bench.sync();
+        const double flops = 2.0 * m * n * k;
+        auto report = [&](const char* path, double us) {
+            const std::vector<uint16_t> got = bench.download(y, checked_rows * (size_t)n);
+            double err2 = 0, ref2 = 0, worst = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                const double d = bf16_bits_to_float(got[i]) - want[i];
+                err2 += d * d;
+                ref2 += want[i] * want[i];
+                worst = std::max(worst, fabs(d) / (fabs(want[i]) + 1e-2 * sqrt(ref2 / (i + 1))));
+            }
+            printf("%-8s %-34s %10.1f %10.1f %12.2e %12.2e\n", shape.name, path, us, flops / us / 1e6, sqrt(err2 / ref2),
+                   worst);
+        };
+        Gemm bf16_gemm(&lt, CUDA_R_16BF, m, n, k, nullptr, nullptr);
+        Gemm fp8_gemm(&lt, CUDA_R_8F_E4M3, m, n, k, w_scale_dev, x_scale);
+        Gemm fp8_gemm_lo(&lt, CUDA_R_8F_E4M3, m, n, k, w_scale_dev, x_scale_lo);
+        if (bf16_gemm.status != 0) printf("%-8s bf16 GEMM: no plan (status %d)\n", shape.name, bf16_gemm.status);
+        if (fp8_gemm.status != 0) printf("%-8s FP8 GEMM: no plan (status %d)\n", shape.name, fp8_gemm.status);
+        int status = 0;
+        if (bf16_gemm.status == 0) {
+            auto run = [&](int) { status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream); };
+            const double us = bench.graph_us(10, run);
+            report("bf16 (weights dequantised once)", us);
+            const double with_dequant = bench.graph_us(10, [&](int i) {
+                dequant();
+                run(i);
+            });
+            report("dequant + bf16 (g4 today)", with_dequant);
+        }
+        auto split = [&] {
+            split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);
+            // lo's scale is hi's / 16: the same row vector, scaled once on the device.
+            scale_by<<<(m + 255) / 256, 256, 0, bench.stream>>>(x_scale, x_scale_lo, m, 1.0f / 16.0f);
+        };
+        if (fp8_gemm.status == 0 && fp8_gemm_lo.status == 0) {
+            report("split alone (m rows)", bench.graph_us(10, [&](int) { split(); }));
+            const double two = bench.graph_us(10, [&](int) {
+                split();
+                status |= fp8_gemm_lo.run(w_dev, lo, y, 1.0f, 0.0f, bench.stream);
+                status |= fp8_gemm.run(w_dev, hi, y, 1.0f, 1.0f, bench.stream);
+            });
+            report("fp8 x2: split + lo + hi GEMMs", two);
+            const double one = bench.graph_us(10, [&](int) {
+                split();
+                status |= fp8_gemm.run(w_dev, hi, y, 1.0f, 0.0f, bench.stream);
+            });
+            report("fp8 x1: split + hi GEMM (W8A8)", one);
+        }
+        if (status != 0) printf("%-8s cublasLtMatmul failed: status %d\n", shape.name, status);
+        for (void* p : {(void*)w_dev, (void*)w_scale_dev, (void*)x_dev, (void*)dense, (void*)y, (void*)hi, (void*)lo,
+                        (void*)x_scale, (void*)x_scale_lo})
+            CHECK(cudaFree(p));
+    }
+    return 0;
+}
