@@ -1,0 +1,152 @@
+// The FP8 decode GEMV (one bf16 row, e4m3 weights, one f32 scale per row) on E4B's and 31B's
+// projection shapes: g4's CUDA-core GEMV (gemv.cuh with E4m3Weights, as matmul_bt_fp8_channel
+// launches it) beside the tensor-core GEMV of gemv_fp8_mma.cuh at a few block sizes and batch
+// depths, and a plain read of the same bytes (the floor for one launch). Each shape runs as a
+// CUDA graph of launches on distinct copies of its weights (2 GiB in all, far beyond L2), as a
+// decode step meets them. Every variant is checked against an f64 product of the exact e4m3
+// weights and bf16 inputs: relative RMS error and the largest error over the output's RMS.
+#include "bench_common.cuh"
+#include "../../src/kernels/cuda/gemv.cuh"
+#include "../../src/kernels/cuda/gemv_fp8_mma.cuh"
+
+template <int BATCH>
+__global__ void fp8_gemv_cuda_cores(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k,
+                                    int warps_per_col) {
+    gemv<bf, E4m3Weights, 1, BATCH>(x, w, scale, y, 1, n, k, warps_per_col);
+}
+
+template <int BATCH>
+__global__ void fp8_gemv_tensor_cores(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k) {
+    g4_gemv_fp8_mma<1, BATCH>(x, w, scale, y, 1, n, k);
+}
+
+// Every byte an e4m3 value other than NaN, from a hash of its index.
+__global__ void fill_e4m3(uint8_t* w, size_t count) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32);
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        uint8_t b = (uint8_t)h;
+        if ((b & 0x7f) == 0x7f) b ^= 1;
+        w[i] = b;
+    }
+}
+
+static double e4m3_value(uint8_t bits) {
+    const double sign = bits & 0x80 ? -1.0 : 1.0;
+    const int exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
+    if (exponent == 0) return sign * ldexp((double)mantissa, -9);
+    return sign * ldexp(1.0 + mantissa / 8.0, exponent - 7);
+}
+
+// matmul_bt_fp8_channel's launch (linear.rs gemv_geometry, 16 weights per vector, 8 loads per
+// lane, 4 warps per block): (blocks, warps per column).
+static std::pair<int, int> cuda_core_geometry(int n, int k) {
+    const int vectors = k / 16, loads = 8, warps_per_block = 4;
+    const int one_batch = (vectors + 32 * loads - 1) / (32 * loads);
+    int warps = std::max(one_batch, (2048 + n - 1) / n), p = 1;
+    while (p < warps) p <<= 1;
+    const int wpc = std::min(p, warps_per_block);
+    return {(n + warps_per_block / wpc - 1) / (warps_per_block / wpc), wpc};
+}
+
+int main() {
+    Bench bench;
+    struct Shape {
+        const char* name;
+        int n, k;
+    } shapes[] = {
+        {"e4b.qkv", 3072, 2560},      {"e4b.o", 2560, 2048},      {"e4b.gate_up", 20480, 2560},
+        {"e4b.down", 2560, 10240},    {"e4b.ple_gate", 256, 2560}, {"e4b.ple_proj", 2560, 256},
+        {"31b.qkv", 16384, 5376},     {"31b.o", 5376, 8192},      {"31b.gate_up", 43008, 5376},
+        {"31b.down", 5376, 21504},
+    };
+    const size_t pool_bytes = 2ull << 30;
+    uint8_t* pool = bench.alloc<uint8_t>(pool_bytes);
+    fill_e4m3<<<bench.sms * 8, 256, 0, bench.stream>>>(pool, pool_bytes);
+    // x: bf16 normals with every 97th value 30× (a post-norm activation's outliers).
+    const int max_k = 21504;
+    std::vector<uint16_t> x_host(max_k);
+    uint64_t state = 88172645463325252ull;
+    for (int i = 0; i < max_k; ++i) {
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        const double u1 = (state % 1000000 + 1) / 1e6;
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        const double u2 = (state % 1000000) / 1e6;
+        float v = (float)(sqrt(-2 * log(u1)) * cos(6.283185307 * u2)) * (i % 97 == 0 ? 30.0f : 1.0f);
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        x_host[i] = (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    }
+    bf* x = bench.alloc<bf>(max_k);
+    CHECK(cudaMemcpy(x, x_host.data(), max_k * 2, cudaMemcpyHostToDevice));
+    std::vector<float> scale_host(65536);
+    for (size_t i = 0; i < scale_host.size(); ++i) scale_host[i] = (0.5f + (i * 7919 % 1000) / 1000.0f) * 0.02f / 448.0f;
+    float* scale = bench.alloc<float>(scale_host.size());
+    CHECK(cudaMemcpy(scale, scale_host.data(), scale_host.size() * 4, cudaMemcpyHostToDevice));
+    bf* y = bench.alloc<bf>(1 << 17);
+    bench.sync();
+    printf("%-13s %8s | µs per launch (GB/s) [relative RMS error, largest error / output RMS]\n", "shape", "MB");
+    for (const Shape& sh : shapes) {
+        const size_t bytes = (size_t)sh.n * sh.k;
+        const int copies = (int)std::min<size_t>(64, pool_bytes / bytes);
+        std::vector<uint8_t> w_host(bytes);
+        CHECK(cudaMemcpy(w_host.data(), pool, bytes, cudaMemcpyDeviceToHost));
+        std::vector<double> want(sh.n);
+        double want2 = 0;
+        for (int c = 0; c < sh.n; ++c) {
+            double sum = 0;
+            for (int i = 0; i < sh.k; ++i)
+                sum += (double)bf16_bits_to_float(x_host[i]) * e4m3_value(w_host[(size_t)c * sh.k + i]);
+            want[c] = sum * scale_host[c];
+            want2 += want[c] * want[c];
+        }
+        const double rms = sqrt(want2 / sh.n);
+        printf("%-13s %8.2f |", sh.name, bytes / 1e6);
+        std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> variants;
+        const std::pair<int, int> geometry = cuda_core_geometry(sh.n, sh.k);
+        variants.push_back({"g4", [&, geometry](const uint8_t* w) {
+                                fp8_gemv_cuda_cores<8><<<geometry.first, 128, 0, bench.stream>>>(x, w, scale, y, sh.n,
+                                                                                                sh.k, geometry.second);
+                            }});
+        variants.push_back({"read", [&, bytes](const uint8_t* w) { bench.read(w, bytes); }});
+        auto add_mma = [&](int warps, int batch) {
+            if (sh.k % G4_FP8_MMA_CHUNK != 0 || 2 * sh.k > 48 * 1024) return;
+            const int blocks = (sh.n + G4_FP8_MMA_ROWS - 1) / G4_FP8_MMA_ROWS;
+            auto launch = [=, &bench](const uint8_t* w) {
+                if (batch == 2)
+                    fp8_gemv_tensor_cores<2><<<blocks, warps * 32, 2 * sh.k, bench.stream>>>(x, w, scale, y, sh.n, sh.k);
+                else if (batch == 4)
+                    fp8_gemv_tensor_cores<4><<<blocks, warps * 32, 2 * sh.k, bench.stream>>>(x, w, scale, y, sh.n, sh.k);
+                else
+                    fp8_gemv_tensor_cores<8><<<blocks, warps * 32, 2 * sh.k, bench.stream>>>(x, w, scale, y, sh.n, sh.k);
+            };
+            variants.push_back({"mma_w" + std::to_string(warps) + "_b" + std::to_string(batch), launch});
+        };
+        for (int warps : {4, 8, 16})
+            for (int batch : {2, 4, 8}) add_mma(warps, batch);
+        for (const auto& variant : variants) {
+            const std::string& name = variant.first;
+            const auto& launch = variant.second;
+            CHECK(cudaMemset(y, 0xff, sh.n * 2));
+            launch(pool);
+            bench.sync();
+            const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * bytes); });
+            printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
+            if (name != "read") {
+                const std::vector<uint16_t> got = bench.download(y, sh.n);
+                double err2 = 0, worst = 0;
+                for (int c = 0; c < sh.n; ++c) {
+                    const double d = bf16_bits_to_float(got[c]) - want[c];
+                    err2 += d * d;
+                    worst = std::max(worst, fabs(d));
+                }
+                printf(" [%.1e %.1e]", sqrt(err2 / want2), worst / rms);
+            }
+            printf(";");
+        }
+        printf("\n");
+    }
+    return 0;
+}
