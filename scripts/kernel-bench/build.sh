@@ -6,15 +6,17 @@
 # weights, and the device routing sort; it loads libcublas at run time; flash_bench: prefill
 # attention's flash kernel, map and merge at E4B's prefill shapes, checked against f64;
 # fp8_gemm_bench: prefill GEMMs over e4m3 weights, g4's dequantise-then-cuBLAS beside cuBLASLt's
-# FP8 tensor cores (loaded at run time), checked against f64) into target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
+# FP8 tensor cores (loaded at run time), checked against f64; fp8_gemv_bench: the FP8 decode
+# GEMV beside stop 39's tensor-core candidate, fp8_gemv_candidates.cuh) into
+# target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 nvcc_env="$(scripts/nvcc-env.sh)"
 eval "$nvcc_env"
 mkdir -p target/kernel-bench
-for bench in gemv moe pdl attention grouped flash fp8_gemm; do
+for bench in gemv moe pdl attention grouped flash fp8_gemm fp8_gemv; do
   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" -ldl \
     "scripts/kernel-bench/${bench}_bench.cu"
 done
-echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped,flash,fp8_gemm}_bench"
+echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped,flash,fp8_gemm,fp8_gemv}_bench"

@@ -94,9 +94,7 @@ const GEMV_MAX_ROWS: usize = 8;
 /// in linear_gelu_mul.cu), so it rounds exactly as the two launches it replaces; otherwise those
 /// two launches.
 fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
-    use super::native::{
-        empty, kernel_name, launch, launch_with_shared, vector_aligned, warp_lanes, Arg,
-    };
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (w, scale, per_vector) = match weights {
         Weights::Dense(w) => (w, None, 16 / x.dtype().size_in_bytes()),
         Weights::Fp8 { weight, scale } => (weight, Some(scale), 16),
@@ -130,28 +128,6 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Up::Packed => None,
         Up::Given(up) => Some(up.contiguous()?),
     };
-    if let Some(scale) = scale.filter(|_| matmul_bt_fp8_channel::tensor_core_gemv_fits(x, m, k)) {
-        let halves = if up.is_none() { 2 } else { 1 };
-        let lanes = warp_lanes(x.device());
-        let (grid, shared) = matmul_bt_fp8_channel::tensor_core_gemv_launch(d, halves, m, k, lanes);
-        let out = empty((m, d), x.dtype(), x.device())?;
-        let scale = scale.to_dtype(DType::F32)?.contiguous()?;
-        let args = [
-            Arg::Tensor(&rows),
-            Arg::Tensor(&w),
-            Arg::Tensor(&scale),
-            Arg::OptionalTensor(up.as_ref()),
-            Arg::Tensor(&out),
-            Arg::I32(m as i32),
-            Arg::I32(d as i32),
-            Arg::I32(k as i32),
-        ];
-        let entry = if m == 1 { "_one_row" } else { "" };
-        let name = kernel_name(&format!("fp8_gelu_mul_mma{entry}"), x.dtype())?;
-        launch_with_shared(&name, x.device(), grid, shared, &args)?;
-        *out_shape.last_mut().expect("rows_of appends N") = d;
-        return out.reshape(out_shape);
-    }
     let (kernel, (entry, loads_per_lane)) = match scale {
         None => ("linear_gelu_mul", linear::dense_gemv_entry(m, n)),
         Some(_) if m == 1 => ("fp8_gelu_mul", ("_one_row", linear::LOADS_PER_LANE)),
@@ -266,12 +242,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M1 D10240 K2560 packed dense",
     },
     ShapePath {
-        shapes: "bf16, up to 8 rows, e4m3 weights, K a multiple of 64, 2·M·K ≤ 48 KiB, sm_89 on",
-        path: "fused tensor-core GEMV (`matmul_bt_fp8_channel`'s): X split into two e4m3 terms",
-        case: "M1 D10240 K2560 packed e4m3",
-    },
-    ShapePath {
-        shapes: "one row, e4m3 weights (K a multiple of 16; f32 and f16, bf16 elsewhere)",
+        shapes: "one row, e4m3 weights (K a multiple of 16)",
         path: "fused GEMV decoding e4m3 in registers, one-row entry point",
         case: "M1 D256 K2560 given e4m3",
     },
@@ -294,8 +265,8 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // (rows, outputs, K, packed, e4m3): tiny and odd shapes on every path, the per-layer-input
-    // gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP gate/up in e4m3 (the
-    // tensor-core GEMV in bf16), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
+    // gate of E4B (256 × 2560, up given) in both weight formats, 26B-A4B's shared gate/up (the
+    // narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
     // outgrow the L2 cache.
     let shapes = [
         (1, 5, 64, true, false),
@@ -307,8 +278,6 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (5, 33, 512, false, true),
         (24, 16, 96, false, true),
         (1, 256, 2560, false, true),
-        (3, 40, 256, true, true),
-        (1, 10240, 2560, true, true),
         (1, 256, 2560, false, false),
         (1, 2112, 2816, true, false),
         (1, 10240, 2560, true, false),

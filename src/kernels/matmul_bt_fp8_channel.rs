@@ -36,88 +36,19 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
 
 /// X rows up to which the native arm runs its GEMV; beyond, a GEMM reuses each weight across
 /// rows, and cuBLAS on a dequantised copy wins.
-pub(super) const GEMV_MAX_ROWS: usize = 8;
+const GEMV_MAX_ROWS: usize = 8;
 /// e4m3 weights per 16-byte load of the GEMV.
 const WEIGHTS_PER_VECTOR: usize = 16;
 
-/// K bytes each warp of the tensor-core GEMV takes at a time (`G4_FP8_MMA_CHUNK`), and the
-/// weight rows one block multiplies (`G4_FP8_MMA_ROWS`).
-const MMA_CHUNK: usize = 64;
-pub(super) const MMA_ROWS: usize = 16;
-/// X's split (two e4m3 bytes per value) lives in the default 48 KiB of shared memory.
-const MMA_SPLIT_BYTES: usize = 48 * 1024;
-
-/// Whether the tensor-core GEMV (gemv_fp8_mma.cuh) takes `m` rows of `x` over K = `k`: bf16 X
-/// (whose split into two e4m3 terms is exact), up to 8 rows, whole chunks of K, and e4m3 tensor
-/// cores (sm_89 on).
-pub(super) fn tensor_core_gemv_fits(x: &Tensor, m: usize, k: usize) -> bool {
-    x.dtype() == DType::BF16
-        && m <= GEMV_MAX_ROWS
-        && k.is_multiple_of(MMA_CHUNK)
-        && 2 * m * k <= MMA_SPLIT_BYTES
-        && crate::device::compute_capability(x.device()).is_some_and(|cc| cc >= (8, 9))
-}
-
-/// The tensor-core GEMV's launch for `weight_rows` rows of W in blocks of `MMA_ROWS` (or, for
-/// GeGLU's packed gate and up, `halves` = 2 groups of them): warps per block that split K, enough
-/// for about 2,048 warps in all (as the CUDA-core GEMV aims), and the dynamic shared memory.
-pub(super) fn tensor_core_gemv_launch(
-    outputs: usize,
-    halves: usize,
-    m: usize,
-    k: usize,
-    lanes: usize,
-) -> (super::native::Grid, u32) {
-    let blocks = outputs.div_ceil(MMA_ROWS);
-    let parts = 2048usize
-        .div_ceil(blocks * halves)
-        .next_power_of_two()
-        .clamp(2, 16 / halves);
-    (
-        super::native::Grid::of_warps(blocks, parts * halves, lanes),
-        (2 * m * k) as u32,
-    )
-}
-
-/// CUDA arm: up to 8 rows, a GEMV — on tensor cores for bf16 X where they take e4m3
-/// (`tensor_core_gemv_fits`), else `linear`'s GEMV with e4m3 weights decoded in registers
-/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the
-/// native dequantisation into a scratch weight of x's dtype and cuBLAS.
+/// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
+/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
+/// x's dtype and cuBLAS.
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    use super::native::{
-        empty, kernel_name, launch, launch_with_shared, vector_aligned, warp_lanes, Arg,
-    };
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = linear::rows_of(x, weight)?;
     let (m, k) = rows.dims2()?;
     let n = weight.dim(0)?;
     let (rows, weight) = (rows.contiguous()?, weight.contiguous()?);
-    if tensor_core_gemv_fits(x, m, k) && weight.dim(1)? == k {
-        let scale = scale.to_dtype(DType::F32)?.contiguous()?;
-        let (grid, shared) = tensor_core_gemv_launch(n, 1, m, k, warp_lanes(x.device()));
-        let kernel = if m == 1 {
-            "matmul_bt_fp8_channel_mma_one_row"
-        } else {
-            "matmul_bt_fp8_channel_mma"
-        };
-        let y = empty((m, n), x.dtype(), x.device())?;
-        let args = [
-            Arg::Tensor(&rows),
-            Arg::Tensor(&weight),
-            Arg::Tensor(&scale),
-            Arg::Tensor(&y),
-            Arg::I32(m as i32),
-            Arg::I32(n as i32),
-            Arg::I32(k as i32),
-        ];
-        launch_with_shared(
-            &kernel_name(kernel, x.dtype())?,
-            x.device(),
-            grid,
-            shared,
-            &args,
-        )?;
-        return y.reshape(out_shape);
-    }
     let gemv = m <= GEMV_MAX_ROWS
         && k.is_multiple_of(WEIGHTS_PER_VECTOR)
         && weight.dim(1)? == k
@@ -202,13 +133,7 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "bf16, up to 8 rows (decode), K a multiple of 64, 2·M·K ≤ 48 KiB, sm_89 on",
-        path:
-            "native tensor-core GEMV: X split into two e4m3 terms, mma.sync e4m3 over W as stored",
-        case: "M1 N2560 K10240",
-    },
-    ShapePath {
-        shapes: "up to 8 rows (decode), K a multiple of 16 (f32 and f16; bf16 elsewhere)",
+        shapes: "up to 8 rows (decode), K a multiple of 16",
         path: "native GEMV: e4m3 decoded in registers, W streamed once for all rows",
         case: "M8 N64 K512",
     },

@@ -82,21 +82,3 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
         gemv<T, E4m3Weights, 1>(x, w, scale, y, m, n, k, warps_per_col);                                                 \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
-
-// matmul_bt_fp8_channel's tensor-core GEMV for bf16 X (gemv_fp8_mma.cuh, sm_89+): the same product,
-// with a fraction of the CUDA-core GEMV's instructions per weight byte. One entry point for
-// decode's single row and one for up to G4_GEMV_MAX_ROWS.
-#if !defined(__HIPCC__)
-#include "gemv_fp8_mma.cuh"
-extern "C" __global__ void g4_matmul_bt_fp8_channel_mma_one_row_bf16(const g4_bf16* x, const uint8_t* w,
-                                                                     const float* scale, g4_bf16* y, int m, int n,
-                                                                     int k) {
-    G4_LET_DEPENDENTS_LAUNCH();
-    g4_gemv_fp8_mma<1, G4_FP8_MMA_BATCH>(x, w, scale, y, m, n, k);
-}
-extern "C" __global__ void g4_matmul_bt_fp8_channel_mma_bf16(const g4_bf16* x, const uint8_t* w, const float* scale,
-                                                             g4_bf16* y, int m, int n, int k) {
-    G4_LET_DEPENDENTS_LAUNCH();
-    g4_gemv_fp8_mma<G4_GEMV_MAX_ROWS, G4_FP8_MMA_BATCH>(x, w, scale, y, m, n, k);
-}
-#endif

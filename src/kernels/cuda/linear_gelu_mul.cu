@@ -35,19 +35,3 @@
         gemv_gelu_mul<T, E4m3Weights, 1>(x, w, scale, up, y, m, d, k, warps_per_col);                                      \
     }
 G4_FOR_FLOAT_TYPES(G4_LINEAR_GELU_MUL)
-
-// e4m3 weights and bf16 X on tensor cores (gemv_fp8_mma.cuh, sm_89+): the same GeGLU epilogue
-// over the tensor-core GEMV.
-#if !defined(__HIPCC__)
-#include "gemv_fp8_mma.cuh"
-extern "C" __global__ void g4_fp8_gelu_mul_mma_one_row_bf16(const g4_bf16* x, const uint8_t* w, const float* scale,
-                                                            const g4_bf16* up, g4_bf16* y, int m, int d, int k) {
-    G4_LET_DEPENDENTS_LAUNCH();
-    g4_gemv_fp8_mma_gelu_mul<1, G4_FP8_MMA_BATCH>(x, w, scale, up, y, m, d, k);
-}
-extern "C" __global__ void g4_fp8_gelu_mul_mma_bf16(const g4_bf16* x, const uint8_t* w, const float* scale,
-                                                    const g4_bf16* up, g4_bf16* y, int m, int d, int k) {
-    G4_LET_DEPENDENTS_LAUNCH();
-    g4_gemv_fp8_mma_gelu_mul<G4_GEMV_MAX_ROWS, G4_FP8_MMA_BATCH>(x, w, scale, up, y, m, d, k);
-}
-#endif

@@ -1,12 +1,15 @@
-// The decode GEMV over e4m3 weights on tensor cores (sm_89+, bf16 X): Y[m, n] = scale[n] ·
-// Σ_k X[m, k]·W[n, k] for up to 8 rows of X. gemv.cuh's FP8 GEMV decodes every weight to f32 and
-// multiplies it on the CUDA cores, about 3.5 instructions per byte read, which bounds it by issue
-// rather than by memory. Here mma.sync m16n8k32 e4m3 multiplies 16 weight rows by 32 of K in one
-// instruction, with the weights as loaded. X must be e4m3 too: each row is split into two terms,
-// x = s·(hi + lo/16) with s a power of two, which is exact for bf16 x over e4m3's range (hi keeps
-// x's 4 leading significant bits, lo the next 4), so the product is the bf16 GEMV's up to the
-// order of the f32 sums. The split runs in every block (X is a few KiB, from L2) while its first
-// weight loads are in flight.
+// A candidate for the FP8 decode GEMV that lost (stop 39, H200): e4m3 weights on tensor cores, for
+// bf16 X. gemv.cuh's FP8 GEMV decodes every weight to f32 and multiplies it on the CUDA cores,
+// about 3.5 instructions per byte read. Here mma.sync m16n8k32 e4m3 multiplies 16 weight rows by
+// 32 of K in one instruction, with the weights as loaded. X must be e4m3 too: each row is split
+// into two terms, x = s·(hi + lo/16) with s a power of two, which is exact for bf16 x over
+// e4m3's range (hi keeps x's 4 leading significant bits, lo the next 4). The split runs in every
+// block (X is a few KiB, from L2) while its first weight loads are in flight. Measured by
+// fp8_gemv_bench beside g4's kernel it was slower on every E4B and 31B shape (E4B gate/up 24.6
+// µs at best against 20.6; down 18.0 against 11.9), and E4B FP8 decode fell from 280 to 205
+// tok/s with it in g4 (probe-ops passed it: NMSE 5.6e-6). The block-wide split before any
+// multiply is a serial prologue of several µs in a kernel of 5–20 µs; a next try would convert
+// X per chunk in the lanes that feed it, with one scale per chunk.
 //
 // A block owns G4_FP8_MMA_ROWS weight rows; its warps split K into chunks of 64 bytes, which
 // lane (g, t) (g = lane / 4, t = lane % 4) reads as 16 bytes of row g and of row g + 8. The dot
@@ -16,7 +19,7 @@
 // fragment (column g = X row g) = X bytes 0–3 and 4–7 of that lane's 16. Each output column of
 // the mma is a row of X.
 #pragma once
-#include "g4_compat.cuh"
+#include "../../src/kernels/cuda/g4_compat.cuh"
 
 #if !defined(__HIPCC__)
 #define G4_FP8_MMA_ROWS 16
@@ -184,29 +187,4 @@ __device__ void g4_gemv_fp8_mma(const g4_bf16* x, const uint8_t* w, const float*
     }
 }
 
-// Y[m, d] = gelu_tanh(G) ⊙ U with G = X·(W[:d] × scale)ᵀ, and U either X·(W[d:2d] × scale)ᵀ (W
-// packed [gate ‖ up], `up` null: half the block's warps take the 16 gate rows, half the 16 up
-// rows of the same outputs) or the given `up [m, d]`; each projection and the GeLU rounded to
-// bf16 where gemv.cuh's gemv_gelu_mul rounds them. One block per 16 outputs.
-template <int MAX_ROWS, int BATCH>
-__device__ void g4_gemv_fp8_mma_gelu_mul(const g4_bf16* x, const uint8_t* w, const float* scale, const g4_bf16* up,
-                                         g4_bf16* y, int m, int d, int k) {
-    extern __shared__ __align__(16) uint8_t g4_fp8_mma_split[];
-    __shared__ float x_scale[MAX_ROWS];
-    __shared__ float sums[G4_FP8_MMA_MAX_WARPS][G4_FP8_MMA_ROWS][MAX_ROWS];
-    const int first_out = blockIdx.x * G4_FP8_MMA_ROWS, warp = threadIdx.x / 32;
-    const int parts = up ? blockDim.x / 32 : blockDim.x / 64, half = warp / parts;
-    g4_fp8_mma_partials<MAX_ROWS, BATCH>(x, w, first_out + half * d, (half + 1) * d, warp % parts, parts, m, k,
-                                         g4_fp8_mma_split, x_scale, sums);
-    for (int i = threadIdx.x; i < G4_FP8_MMA_ROWS * m; i += blockDim.x) {
-        const int row = i / m, x_row = i % m, out = first_out + row;
-        if (out >= d) continue;
-        const float gate = g4_round<g4_bf16>(g4_fp8_mma_total<MAX_ROWS>(sums, 0, parts, row, x_row) * scale[out] *
-                                             x_scale[x_row]);
-        const float u = up ? g4_to_f32(up[(size_t)x_row * d + out])
-                           : g4_round<g4_bf16>(g4_fp8_mma_total<MAX_ROWS>(sums, parts, parts, row, x_row) *
-                                               scale[d + out] * x_scale[x_row]);
-        y[(size_t)x_row * d + out] = g4_from_f32<g4_bf16>(g4_round<g4_bf16>(g4_gelu_tanh(gate)) * u);
-    }
-}
 #endif
