@@ -40,10 +40,10 @@ static double e4m3_value(uint8_t bits) {
     return sign * ldexp(1.0 + mantissa / 8.0, exponent - 7);
 }
 
-// matmul_bt_fp8_channel's launch (linear.rs gemv_geometry, 16 weights per vector, 8 loads per
-// lane, 4 warps per block): (blocks, warps per column).
-static std::pair<int, int> cuda_core_geometry(int n, int k) {
-    const int vectors = k / 16, loads = 8, warps_per_block = 4;
+// linear.rs gemv_geometry for e4m3 (16 weights per vector): (blocks, warps per column).
+// matmul_bt_fp8_channel launches 8 loads per lane and 4 warps per block.
+static std::pair<int, int> cuda_core_geometry(int n, int k, int loads, int warps_per_block) {
+    const int vectors = k / 16;
     const int one_batch = (vectors + 32 * loads - 1) / (32 * loads);
     int warps = std::max(one_batch, (2048 + n - 1) / n), p = 1;
     while (p < warps) p <<= 1;
@@ -105,12 +105,25 @@ int main() {
         const double rms = sqrt(want2 / sh.n);
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> variants;
-        const std::pair<int, int> geometry = cuda_core_geometry(sh.n, sh.k);
-        variants.push_back({"g4", [&, geometry](const uint8_t* w) {
-                                fp8_gemv_cuda_cores<8><<<geometry.first, 128, 0, bench.stream>>>(x, w, scale, y, sh.n,
-                                                                                                sh.k, geometry.second);
-                            }});
+        auto add_cuda_cores = [&](std::string name, int loads, int warps_per_block) {
+            const std::pair<int, int> geometry = cuda_core_geometry(sh.n, sh.k, loads, warps_per_block);
+            const int threads = warps_per_block * 32;
+            variants.push_back({name, [&, geometry, loads, threads](const uint8_t* w) {
+                                    if (loads == 4)
+                                        fp8_gemv_cuda_cores<4><<<geometry.first, threads, 0, bench.stream>>>(
+                                            x, w, scale, y, sh.n, sh.k, geometry.second);
+                                    else
+                                        fp8_gemv_cuda_cores<8><<<geometry.first, threads, 0, bench.stream>>>(
+                                            x, w, scale, y, sh.n, sh.k, geometry.second);
+                                }});
+        };
+        add_cuda_cores("g4", 8, 4);
         variants.push_back({"read", [&, bytes](const uint8_t* w) { bench.read(w, bytes); }});
+        // `linear`'s narrow choice for bf16 (half the loads per lane, more warps per column), and
+        // wider blocks.
+        add_cuda_cores("batch4", 4, 4);
+        add_cuda_cores("batch4_8warps", 4, 8);
+        add_cuda_cores("batch8_8warps", 8, 8);
         auto add_mma = [&](int warps, int batch) {
             if (sh.k % G4_FP8_MMA_CHUNK != 0 || 2 * sh.k > 48 * 1024) return;
             const int blocks = (sh.n + G4_FP8_MMA_ROWS - 1) / G4_FP8_MMA_ROWS;
@@ -124,8 +137,7 @@ int main() {
             };
             variants.push_back({"mma_w" + std::to_string(warps) + "_b" + std::to_string(batch), launch});
         };
-        for (int warps : {4, 8, 16})
-            for (int batch : {2, 4, 8}) add_mma(warps, batch);
+        for (int warps : {8, 16}) add_mma(warps, 2);
         for (const auto& variant : variants) {
             const std::string& name = variant.first;
             const auto& launch = variant.second;
