@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 #include "../../src/kernels/cuda/g4_compat.cuh"
 
@@ -50,6 +51,16 @@ static double max_relative_difference(const std::vector<uint16_t>& a, const std:
         worst = std::max(worst, fabs(x - y) / (fabs(x) + 1e-3));
     }
     return worst;
+}
+
+// linear.rs's gemv_geometry for a weight of n rows of `vectors` 16-byte vectors: (blocks, warps
+// per column).
+static std::pair<int, int> gemv_geometry(int n, int vectors, int loads_per_lane, int warps_per_block) {
+    const int one_batch = (vectors + 32 * loads_per_lane - 1) / (32 * loads_per_lane);
+    int warps = std::max(one_batch, (2048 + n - 1) / n), p = 1;
+    while (p < warps) p <<= 1;
+    const int wpc = std::min(p, warps_per_block);
+    return {(n + warps_per_block / wpc - 1) / (warps_per_block / wpc), wpc};
 }
 
 struct Bench {

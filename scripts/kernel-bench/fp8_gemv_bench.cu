@@ -40,17 +40,6 @@ static double e4m3_value(uint8_t bits) {
     return sign * ldexp(1.0 + mantissa / 8.0, exponent - 7);
 }
 
-// linear.rs gemv_geometry for e4m3 (16 weights per vector): (blocks, warps per column).
-// matmul_bt_fp8_channel launches 8 loads per lane and 4 warps per block.
-static std::pair<int, int> cuda_core_geometry(int n, int k, int loads, int warps_per_block) {
-    const int vectors = k / 16;
-    const int one_batch = (vectors + 32 * loads - 1) / (32 * loads);
-    int warps = std::max(one_batch, (2048 + n - 1) / n), p = 1;
-    while (p < warps) p <<= 1;
-    const int wpc = std::min(p, warps_per_block);
-    return {(n + warps_per_block / wpc - 1) / (warps_per_block / wpc), wpc};
-}
-
 int main() {
     Bench bench;
     struct Shape {
@@ -106,7 +95,7 @@ int main() {
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> variants;
         auto add_cuda_cores = [&](std::string name, int loads, int warps_per_block) {
-            const std::pair<int, int> geometry = cuda_core_geometry(sh.n, sh.k, loads, warps_per_block);
+            const std::pair<int, int> geometry = gemv_geometry(sh.n, sh.k / 16, loads, warps_per_block);
             const int threads = warps_per_block * 32;
             variants.push_back({name, [&, geometry, loads, threads](const uint8_t* w) {
                                     if (loads == 4)
@@ -117,6 +106,7 @@ int main() {
                                             x, w, scale, y, sh.n, sh.k, geometry.second);
                                 }});
         };
+        // matmul_bt_fp8_channel's launch: 8 loads per lane, 4 warps per block.
         add_cuda_cores("g4", 8, 4);
         variants.push_back({"read", [&, bytes](const uint8_t* w) { bench.read(w, bytes); }});
         // `linear`'s narrow choice for bf16 (half the loads per lane, more warps per column), and

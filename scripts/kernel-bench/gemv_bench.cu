@@ -53,16 +53,6 @@ __global__ void two_columns_per_warp(const bf* x, const bf* w, bf* y, int n, int
     }
 }
 
-// linear.rs's gemv_geometry: (blocks, warps per column).
-static std::pair<int, int> geometry(int n, int k, int loads_per_lane, int warps_per_block) {
-    const int vectors = k / 8;
-    const int one_batch = (vectors + 32 * loads_per_lane - 1) / (32 * loads_per_lane);
-    int warps = std::max(one_batch, (2048 + n - 1) / n), p = 1;
-    while (p < warps) p <<= 1;
-    const int wpc = std::min(p, warps_per_block);
-    return {(n + warps_per_block / wpc - 1) / (warps_per_block / wpc), wpc};
-}
-
 int main() {
     Bench bench;
     struct Shape {
@@ -88,7 +78,7 @@ int main() {
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         std::vector<std::pair<std::string, std::function<void(const bf*)>>> variants;
         auto add_gemv = [&](std::string name, int batch, int warps_per_block) {
-            const std::pair<int, int> launch_shape = geometry(sh.n, sh.k, batch, warps_per_block);
+            const std::pair<int, int> launch_shape = gemv_geometry(sh.n, sh.k / 8, batch, warps_per_block);
             const int blocks = launch_shape.first, per_col = launch_shape.second, threads = warps_per_block * 32;
             auto launch = [=, &bench](const bf* w) {
                 if (batch == 4)
