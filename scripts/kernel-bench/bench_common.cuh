@@ -63,6 +63,21 @@ static std::pair<int, int> gemv_geometry(int n, int vectors, int loads_per_lane,
     return {(n + warps_per_block / wpc - 1) / (warps_per_block / wpc), wpc};
 }
 
+// The value of an e4m3 byte (sign, 4-bit exponent with bias 7, 3-bit mantissa; S.1111.111, NaN,
+// is never passed).
+static double e4m3_value(uint8_t bits) {
+    const double sign = bits & 0x80 ? -1.0 : 1.0;
+    const int exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
+    if (exponent == 0) return sign * ldexp((double)mantissa, -9);
+    return sign * ldexp(1.0 + mantissa / 8.0, exponent - 7);
+}
+
+// A projection's weight: n rows of k.
+struct Shape {
+    const char* name;
+    int n, k;
+};
+
 struct Bench {
     cudaStream_t stream;
     cudaEvent_t start, stop;

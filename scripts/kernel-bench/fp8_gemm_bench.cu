@@ -135,13 +135,6 @@ __global__ void scale_by(const float* in, float* out, int count, float factor) {
     if (i < count) out[i] = in[i] * factor;
 }
 
-static float e4m3_value(uint8_t bits) {
-    const float sign = bits & 0x80 ? -1.0f : 1.0f;
-    const int exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
-    if (exponent == 0) return sign * ldexpf((float)mantissa, -9);
-    return sign * ldexpf(1.0f + mantissa / 8.0f, exponent - 7);
-}
-
 int main() {
     Bench bench;
     Lt lt;
@@ -149,10 +142,6 @@ int main() {
         printf("libcublasLt.so.13 not loaded\n");
         return 1;
     }
-    struct Shape {
-        const char* name;
-        int n, k;
-    };
     const int m = 512, checked_rows = 16;
     printf("%-8s %-34s %10s %10s %12s %12s\n", "proj", "path", "µs", "TFLOP/s", "rel RMS err", "max rel err");
     for (const Shape shape : {Shape{"qkv", 3072, 2560}, Shape{"o", 2560, 2048}, Shape{"gate_up", 20480, 2560},

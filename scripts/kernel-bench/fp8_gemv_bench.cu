@@ -33,19 +33,9 @@ __global__ void fill_e4m3(uint8_t* w, size_t count) {
     }
 }
 
-static double e4m3_value(uint8_t bits) {
-    const double sign = bits & 0x80 ? -1.0 : 1.0;
-    const int exponent = (bits >> 3) & 0xF, mantissa = bits & 7;
-    if (exponent == 0) return sign * ldexp((double)mantissa, -9);
-    return sign * ldexp(1.0 + mantissa / 8.0, exponent - 7);
-}
-
 int main() {
     Bench bench;
-    struct Shape {
-        const char* name;
-        int n, k;
-    } shapes[] = {
+    const Shape shapes[] = {
         {"e4b.qkv", 3072, 2560},      {"e4b.o", 2560, 2048},      {"e4b.gate_up", 20480, 2560},
         {"e4b.down", 2560, 10240},    {"e4b.ple_gate", 256, 2560}, {"e4b.ple_proj", 2560, 256},
         {"31b.qkv", 16384, 5376},     {"31b.o", 5376, 8192},      {"31b.gate_up", 43008, 5376},

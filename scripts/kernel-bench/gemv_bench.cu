@@ -55,10 +55,7 @@ __global__ void two_columns_per_warp(const bf* x, const bf* w, bf* y, int n, int
 
 int main() {
     Bench bench;
-    struct Shape {
-        const char* name;
-        int n, k;
-    } shapes[] = {
+    const Shape shapes[] = {
         {"e4b.qkv", 3072, 2560},      {"e4b.qkv_full", 6144, 2560}, {"e4b.o", 2560, 2048},
         {"e4b.gate_up", 20480, 2560}, {"e4b.down", 2560, 10240},    {"e4b.ple_gate", 256, 2560},
         {"e4b.ple_proj", 2560, 256},  {"e4b.head", 262144, 2560},   {"26b.qkv", 8192, 2816},

@@ -107,10 +107,6 @@ int main() {
         all_close &= close;
         printf("%-8s %-44s %10.1f %10.2f %12.2e%s\n", proj, name, us, bytes / us / 1e6, diff, close ? "" : "  WRONG");
     };
-    struct Shape {
-        const char* name;
-        int n, k;
-    };
     for (const Shape shape : {Shape{"gate_up", 2 * width, hidden}, Shape{"down", hidden, width}}) {
         const size_t weight_count = (size_t)experts * shape.n * shape.k;
         const double bytes = weight_count * 2.0;
