@@ -54,13 +54,28 @@ pub fn open_device(spec: &str) -> Result<Device> {
 ///   the driver at every synchronisation (its default). Every forward ends in one, so each
 ///   prompt and each eager decode step mapped its working memory afresh: host time the GPU
 ///   waited for. [`release_cached_memory`] hands it back.
+/// - Each thread's stack is `STACK_BYTES` rather than the default 1 KiB. The stack is reserved for
+///   every thread the GPU can hold at once (≈ 260 MiB at 1 KiB on an H200). The driver raises the
+///   limit at the launch of any kernel that needs more (a library's), and keeps it raised.
 #[cfg(feature = "cuda")]
 fn set_up_cuda(device: &Device) -> candle_core::Result<()> {
     use sys::CUmemPool_attribute;
+    /// Bytes of stack per GPU thread: the most any of g4's kernels uses (48, attention.cu's, by
+    /// ptxas), rounded up.
+    const STACK_BYTES: usize = 64;
     if let Device::Cuda(cuda) = device {
         // SAFETY: no second stream exists on this context (g4 creates none), so no buffer has a
         // use on another stream to wait for.
         unsafe { cuda.disable_event_tracking() }
+    }
+    if let Device::Cuda(cuda) = device {
+        use candle_core::cuda::WrapErr;
+        let context = cuda.cuda_stream().context();
+        context.bind_to_thread().w()?;
+        // SAFETY: sets a limit of the context bound just above.
+        unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, STACK_BYTES) }
+            .result()
+            .w()?;
     }
     let mut threshold = u64::MAX;
     with_memory_pool(device, |pool| {
