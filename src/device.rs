@@ -70,7 +70,7 @@ fn set_up_cuda(device: &Device) -> candle_core::Result<()> {
     }
     if let Device::Cuda(cuda) = device {
         use candle_core::cuda::WrapErr;
-        let context = cuda.cuda_stream().context();
+        let context = cuda.cuda_stream().context().clone();
         context.bind_to_thread().w()?;
         // SAFETY: sets a limit of the context bound just above.
         unsafe { sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, STACK_BYTES) }
