@@ -64,12 +64,10 @@ fn set_up_cuda(device: &Device) -> candle_core::Result<()> {
     /// ptxas), rounded up.
     const STACK_BYTES: usize = 64;
     if let Device::Cuda(cuda) = device {
+        use candle_core::cuda::WrapErr;
         // SAFETY: no second stream exists on this context (g4 creates none), so no buffer has a
         // use on another stream to wait for.
         unsafe { cuda.disable_event_tracking() }
-    }
-    if let Device::Cuda(cuda) = device {
-        use candle_core::cuda::WrapErr;
         let context = cuda.cuda_stream().context().clone();
         context.bind_to_thread().w()?;
         // SAFETY: sets a limit of the context bound just above.

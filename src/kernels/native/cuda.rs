@@ -614,7 +614,7 @@ pub fn upload_rows(
 }
 
 /// Host memory the GPU reads in place: page-locked and mapped into the device's address space
-/// (read-only), unregistered on drop.
+/// (read-only), unregistered on drop. Kernels take `device_address` as a plain pointer.
 pub struct MappedHost {
     /// The page-aligned start that was registered.
     registered: usize,
@@ -655,56 +655,9 @@ impl MappedHost {
         })
     }
 
-    /// Gathers rows `ids` (`[n]` u32 on the device) of `row_bytes` each into a new `[n, cols]`
-    /// tensor of `dtype`.
-    pub fn gather_rows(
-        &self,
-        ids: &Tensor,
-        row_bytes: usize,
-        dtype: DType,
-        cols: usize,
-    ) -> Result<Tensor> {
-        let n = ids.dim(0)?;
-        let out = empty(&Shape::from((n, cols)), dtype, ids.device())?;
-        let dev = cuda_device(ids.device())?;
-        let stream = dev.cuda_stream();
-        let vectors = (self.device_address as usize | row_bytes).is_multiple_of(16);
-        let (kernel, unit) = match vectors {
-            true => ("g4_gather_rows_mapped", 16),
-            false => ("g4_gather_rows_mapped_u16", 2),
-        };
-        let func = function(dev, kernel)?;
-        let mut table = self.device_address;
-        let mut ids_ptr = address(ids, false, &stream)?;
-        let mut out_ptr = address(&out, false, &stream)?;
-        let mut row_vecs = (row_bytes / unit) as u32;
-        let mut params: [*mut c_void; 4] = [
-            (&mut table as *mut u64).cast(),
-            (&mut ids_ptr as *mut u64).cast(),
-            (&mut out_ptr as *mut u64).cast(),
-            (&mut row_vecs as *mut u32).cast(),
-        ];
-        stream.context().bind_to_thread().w()?;
-        // SAFETY: the table holds every row `ids` names (checked by the caller), `out` has `n`
-        // rows of `row_bytes`, and `params` matches the kernel's signature.
-        unsafe {
-            sys::cuLaunchKernel(
-                func.cu_function(),
-                n as u32,
-                1,
-                1,
-                256,
-                1,
-                1,
-                0,
-                stream.cu_stream(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .w()?;
-        Ok(out)
+    /// The device address of the first byte of the range `register` was given.
+    pub fn device_address(&self) -> u64 {
+        self.device_address
     }
 }
 

@@ -534,8 +534,11 @@ pub fn upload_new(
 /// A host table the device reads in place: page-locked and mapped for the GPU, so that a
 /// gather of its rows runs on the device and the host copies nothing (CUDA only).
 pub struct MappedTable {
+    /// Where the GPU sees the table's first byte.
+    device_address: usize,
+    /// The registration, undone when the table is dropped.
     #[cfg(feature = "cuda")]
-    inner: cuda::MappedHost,
+    _registration: cuda::MappedHost,
 }
 
 impl MappedTable {
@@ -544,9 +547,13 @@ impl MappedTable {
     pub fn register(device: &Device, bytes: &[u8]) -> Result<Option<MappedTable>> {
         match device {
             #[cfg(feature = "cuda")]
-            Device::Cuda(_) => Ok(Some(MappedTable {
-                inner: cuda::MappedHost::register(device, bytes)?,
-            })),
+            Device::Cuda(_) => {
+                let registration = cuda::MappedHost::register(device, bytes)?;
+                Ok(Some(MappedTable {
+                    device_address: registration.device_address() as usize,
+                    _registration: registration,
+                }))
+            }
             _ => {
                 let _ = bytes;
                 Ok(None)
@@ -555,7 +562,9 @@ impl MappedTable {
     }
 
     /// Rows `ids` (`[n]` u32 on the device, each within the table) of `row_bytes` bytes, as a
-    /// new `[n, cols]` tensor of `dtype`.
+    /// new `[n, cols]` tensor of `dtype`: one block per row, in 16-byte vectors where the table
+    /// and its rows are aligned to them, else in 2-byte units (a safetensors tensor starts
+    /// where the one before it ended).
     pub fn gather_rows(
         &self,
         ids: &Tensor,
@@ -563,13 +572,22 @@ impl MappedTable {
         dtype: DType,
         cols: usize,
     ) -> Result<Tensor> {
-        #[cfg(feature = "cuda")]
-        return self.inner.gather_rows(ids, row_bytes, dtype, cols);
-        #[cfg(not(feature = "cuda"))]
-        {
-            let _ = (ids, row_bytes, dtype, cols);
-            candle_core::bail!("internal: no mapped table without CUDA")
-        }
+        let table = self.device_address;
+        let n = ids.dim(0)?;
+        let out = empty((n, cols), dtype, ids.device())?;
+        let (kernel, unit) = match (table | row_bytes).is_multiple_of(16) {
+            true => ("g4_gather_rows_mapped", 16),
+            false => ("g4_gather_rows_mapped_u16", 2),
+        };
+        let args = [
+            Arg::Usize(table),
+            Arg::Tensor(ids),
+            Arg::Tensor(&out),
+            Arg::U32((row_bytes / unit) as u32),
+        ];
+        let grid = Grid::of_warps(n, 8, warp_lanes(ids.device()));
+        launch(kernel, ids.device(), grid, &args)?;
+        Ok(out)
     }
 }
 
