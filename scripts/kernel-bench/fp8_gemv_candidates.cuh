@@ -25,8 +25,6 @@
 #define G4_FP8_MMA_ROWS 16
 #define G4_FP8_MMA_CHUNK 64
 #define G4_FP8_MMA_MAX_WARPS 16
-// Chunks each warp loads before it multiplies them.
-#define G4_FP8_MMA_BATCH 4
 
 // The e4m3 instructions exist from sm_89 on; compiled for older targets these trap, and the
 // host never launches them there.
