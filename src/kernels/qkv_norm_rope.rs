@@ -569,12 +569,13 @@ fn stored(c: &Case, inputs: AttentionInputs, offset: u32) -> Result<Vec<Tensor>>
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    // Every kv part, head dims 16 to 512 (proportional RoPE on the 512-wide full layers, as
+    // Every kv part, head dims 12 (halves that split a 16-byte run) to 512 (proportional RoPE on the 512-wide full layers, as
     // 26B-A4B's) and one wider, prefill and decode, and decode into a cache row (the kv part
     // with its own v, k_eq_v on the wide head, and the composed fallback); last (the one
     // `--perf` times) an E4B sliding layer's decode.
     for (seq, q_heads, kv_heads, head_dim, kv, proportional, cache) in [
         (3, 4, 2, 16, KvPart::KAndV, false, None),
+        (2, 2, 1, 12, KvPart::KAndV, false, None),
         (2, 4, 1, 64, KvPart::KAsV, false, None),
         (5, 2, 1, 32, KvPart::None, false, None),
         (7, 3, 1, 256, KvPart::KAndV, false, None),

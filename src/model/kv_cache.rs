@@ -236,9 +236,15 @@ impl RingCache {
                 .map(|p| p.expect("filled slot"))
                 .collect();
             key_positions.extend(start..start + new);
+            // An empty ring (a prompt's first piece) attends over the chunk as it is: a copy
+            // per tensor and layer saved.
+            let with_ring = |ring: &Tensor, chunk: &Tensor| match filled {
+                0 => Ok(chunk.clone()),
+                _ => Tensor::cat(&[&ring.narrow(2, 0, filled)?, chunk], 2),
+            };
             let attend = AttendKv {
-                k: Tensor::cat(&[&kb.narrow(2, 0, filled)?, k], 2)?,
-                v: Tensor::cat(&[&vb.narrow(2, 0, filled)?, v], 2)?,
+                k: with_ring(kb, k)?,
+                v: with_ring(vb, v)?,
                 key_positions: Some(key_positions),
             };
             let keep = new.min(self.window);

@@ -306,6 +306,25 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
 // visible key attends to nothing (zeros, not NaN).
 #define G4_SOFTMAX_VALUES 16
 
+// A vector's VEC mask entries (zeros without a mask). The host takes the vector kernels only
+// where mask rows are 16-byte aligned, so whole vectors load 16 bytes at a time: one scalar load
+// per key put a row's mask through L1 a line per lane, ≈ 8× the requests of the scores' loads.
+template <int VEC>
+__device__ __forceinline__ void load_mask(const float* row_mask, int t, float (&masked)[VEC]) {
+    if constexpr (VEC % 4 == 0) {
+        if (row_mask) {
+#pragma unroll
+            for (int q = 0; q < VEC / 4; ++q) {
+                const float4 m = *reinterpret_cast<const float4*>(row_mask + t + q * 4);
+                masked[q * 4] = m.x, masked[q * 4 + 1] = m.y, masked[q * 4 + 2] = m.z, masked[q * 4 + 3] = m.w;
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) masked[e] = row_mask ? row_mask[t + e] : 0.0f;
+}
+
 template <typename T, int VEC>
 __device__ __forceinline__ void softmax_tile(const T* in, const float* row_mask, int keys, int first, int lane,
                                              int lanes, float scale, float (&logits)[G4_SOFTMAX_VALUES]) {
@@ -314,10 +333,10 @@ __device__ __forceinline__ void softmax_tile(const T* in, const float* row_mask,
         const int t = first + (c * lanes + lane) * VEC;
         if (t < keys) {  // keys % VEC == 0: the whole vector is in the row
             const Pack<T, VEC> scores = *reinterpret_cast<const Pack<T, VEC>*>(in + t);
+            float masked[VEC];
+            load_mask<VEC>(row_mask, t, masked);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                logits[c * VEC + e] = g4_to_f32(scores.v[e]) * scale + (row_mask ? row_mask[t + e] : 0.0f);
-            }
+            for (int e = 0; e < VEC; ++e) logits[c * VEC + e] = g4_to_f32(scores.v[e]) * scale + masked[e];
         } else {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) logits[c * VEC + e] = -INFINITY;
