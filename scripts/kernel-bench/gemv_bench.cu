@@ -2,13 +2,22 @@
 // beside a plain read of the same bytes (the floor for one launch of that size), for a few
 // batch sizes and block sizes. Each shape runs as a CUDA graph of launches on distinct copies of
 // its weights (2 GiB in all, far beyond L2), as a decode step meets them. Prints µs per launch
-// and GB/s; every variant's output is compared with g4's choice.
+// and GB/s; every variant's output is compared with g4's choice. Then the gate/up GEMV with its
+// GeGLU epilogue (linear_gelu_mul's single-row kernel) at E4B's and 31B's widths: packed and
+// interleaved weight rows, batches of 8 and 6 loads, asked-for occupancy, beside the plain GEMV.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/gemv.cuh"
 
 template <int BATCH>
 __global__ void gemv_one_row(const bf* x, const bf* w, bf* y, int n, int k, int warps_per_col) {
     gemv<bf, DenseWeights<bf>, 1, BATCH>(x, w, nullptr, y, 1, n, k, warps_per_col);
+}
+
+// The same with 10 blocks of 4 warps asked of a multiprocessor (48 registers instead of 56: 40
+// warps in flight instead of 36).
+__global__ void __launch_bounds__(128, 10) gemv_one_row_bounded(const bf* x, const bf* w, bf* y, int n, int k,
+                                                                 int warps_per_col) {
+    gemv<bf, DenseWeights<bf>, 1, G4_GEMV_BATCH>(x, w, nullptr, y, 1, n, k, warps_per_col);
 }
 
 // Two columns per warp over the whole K, four loads per column in flight (no K split).
@@ -53,6 +62,84 @@ __global__ void two_columns_per_warp(const bf* x, const bf* w, bf* y, int n, int
     }
 }
 
+// gemv_gelu_mul (gemv.cuh) over packed [gate ‖ up] weights, one row of X; INTERLEAVED reads
+// a candidate layout instead, gate row o at 2o and up row o at 2o + 1, so that an output's block
+// reads one contiguous stretch of W where the packed layout reads two, d rows apart.
+// BOUNDED: 5 blocks of 8 warps asked of a multiprocessor (at 56 registers 4 fit: 32 warps in
+// flight where the plain GEMV's 4-warp blocks keep 36).
+template <bool INTERLEAVED, int BATCH = G4_GEMV_BATCH>
+__device__ void gelu_mul_one_row_body(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warps_per_out = warps_per_col * 2;
+    const int out = blockIdx.x * (blockDim.x / 32 / warps_per_out) + warp / warps_per_out;
+    const int half = (warp / warps_per_col) % 2, part = warp % warps_per_col;
+    __shared__ float partial[G4_GEMV_MAX_WARPS][1];
+    const int row = INTERLEAVED ? 2 * out + half : out + half * d;
+    gemv_partials<bf, DenseWeights<bf>, 1, BATCH>(x, w, row, out < d, part, warps_per_col, 1, k, partial);
+    if (half == 0 && part == 0 && lane == 0 && out < d) {
+        const float gate = g4_round<bf>(gemv_total<1>(partial, warp, warps_per_col, 0));
+        const float u = g4_round<bf>(gemv_total<1>(partial, warp + warps_per_col, warps_per_col, 0));
+        y[out] = g4_from_f32<bf>(g4_round<bf>(g4_gelu_tanh(gate)) * u);
+    }
+}
+template <bool INTERLEAVED>
+__global__ void gelu_mul_one_row(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
+    gelu_mul_one_row_body<INTERLEAVED>(x, w, y, d, k, warps_per_col);
+}
+// A batch of 6 loads: what a lane of 31B's gate/up row (672 vectors over 4 warps) has, in fewer
+// registers than 8.
+__global__ void gelu_mul_one_row_batch6(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
+    gelu_mul_one_row_body<false, 6>(x, w, y, d, k, warps_per_col);
+}
+__global__ void __launch_bounds__(256, 5) gelu_mul_one_row_bounded(const bf* x, const bf* w, bf* y, int d, int k,
+                                                                    int warps_per_col) {
+    gelu_mul_one_row_body<false>(x, w, y, d, k, warps_per_col);
+}
+
+// The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's single-row launch: one output's
+// gate and up warps in a block) beside the same kernel over interleaved rows and beside the
+// plain GEMV of the same bytes (g4's geometry for 2d columns).
+static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y) {
+    const Shape shapes[] = {{"e4b.gate_up", 20480, 2560}, {"31b.gate_up", 43008, 5376}};
+    printf("\ngate/up with the GeGLU epilogue, one row: us per launch (GB/s)\n");
+    for (const Shape& sh : shapes) {
+        const size_t bytes = (size_t)sh.n * sh.k * 2;
+        const int copies = (int)std::min<size_t>(64, pool_bytes / bytes), d = sh.n / 2;
+        const std::pair<int, int> plain = gemv_geometry(sh.n, sh.k / 8, 8, 4);
+        const int per_col = plain.second, warps = std::max(4, 2 * per_col), outs = warps / (2 * per_col);
+        auto time = [&](const char* name, const std::function<void(const bf*)>& launch) {
+            launch(pool);
+            bench.sync();
+            const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * sh.n * sh.k); });
+            printf(" %s %.2f (%.0f);", name, us, bytes / (us * 1e3));
+        };
+        printf("%-13s %8.2f |", sh.name, bytes / 1e6);
+        time("packed", [&](const bf* w) {
+            gelu_mul_one_row<false><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+        });
+        time("interleaved", [&](const bf* w) {
+            gelu_mul_one_row<true><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+        });
+        time("packed_bounded", [&](const bf* w) {
+            gelu_mul_one_row_bounded<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+        });
+        time("packed_batch6", [&](const bf* w) {
+            gelu_mul_one_row_batch6<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+        });
+        time("plain_gemv", [&](const bf* w) {
+            gemv_one_row<8><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+        });
+        time("plain_gemv_batch6", [&](const bf* w) {
+            gemv_one_row<6><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+        });
+        time("plain_gemv_bounded", [&](const bf* w) {
+            gemv_one_row_bounded<<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+        });
+        time("read", [&](const bf* w) { bench.read(w, bytes); });
+        printf("\n");
+    }
+}
+
 int main() {
     Bench bench;
     const Shape shapes[] = {
@@ -80,6 +167,8 @@ int main() {
             auto launch = [=, &bench](const bf* w) {
                 if (batch == 4)
                     gemv_one_row<4><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+                else if (batch == 6)
+                    gemv_one_row<6><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
                 else
                     gemv_one_row<8><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
             };
@@ -92,6 +181,14 @@ int main() {
         add_gemv("batch4", 4, 4);
         add_gemv("batch8_8warps", 8, 8);
         add_gemv("batch4_8warps", 4, 8);
+        add_gemv("batch6", 6, 4);
+        add_gemv("batch6_8warps", 6, 8);
+        {
+            const std::pair<int, int> g = gemv_geometry(sh.n, sh.k / 8, 8, 4);
+            variants.push_back({"batch8_bounded", [=, &bench](const bf* w) {
+                                    gemv_one_row_bounded<<<g.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, g.second);
+                                }});
+        }
         variants.push_back({"2cols", [&](const bf* w) {
                                 const int blocks = ((sh.n + 1) / 2 + 3) / 4;
                                 two_columns_per_warp<<<blocks, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k);
@@ -112,5 +209,6 @@ int main() {
         }
         printf("\n");
     }
+    gate_up_pairs(bench, pool, pool_bytes, x, y);
     return 0;
 }

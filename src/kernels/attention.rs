@@ -149,6 +149,9 @@ const MAX_SPLITS: usize = 1024;
 
 /// Warps of the softmax kernel's block (one warp per score row).
 const SOFTMAX_WARPS: usize = 4;
+/// Scores a softmax lane holds at once (`G4_SOFTMAX_VALUES`): rows of up to this many per lane
+/// are one tile, read once, with the kernel's `_one_tile` variant.
+const SOFTMAX_VALUES: usize = 16;
 
 /// The flash kernel's block (`G4_FLASH_*` in attention.cu): 4 warps of 16 query rows, tiles of
 /// 32 keys, and 128 output columns (256 at head_dim 512); shared rows are padded by 8 elements.
@@ -457,11 +460,12 @@ fn gemm_fwd(
     let vectors = keys.is_multiple_of(per_vector)
         && [&scores, &probs].into_iter().all(vector_aligned)
         && mask.as_ref().is_none_or(vector_aligned);
-    let kernel = match vectors {
-        true => "attention_softmax_vec",
-        false => "attention_softmax",
-    };
     let lanes = warp_lanes(scores.device());
+    let kernel = match (vectors, keys <= SOFTMAX_VALUES * lanes) {
+        (true, true) => "attention_softmax_vec_one_tile",
+        (true, false) => "attention_softmax_vec",
+        (false, _) => "attention_softmax",
+    };
     let grid = Grid::of_warps(rows.div_ceil(SOFTMAX_WARPS), SOFTMAX_WARPS, lanes);
     launch(
         &kernel_name(kernel, scores.dtype())?,

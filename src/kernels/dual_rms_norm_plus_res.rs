@@ -5,7 +5,7 @@
 //! are one launch instead of three.
 
 use super::check::{norm_weight, Builder, Case};
-use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
+use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::native;
 use super::{arm_for, reference, rms_norm, Arm, Backend, Op};
 use candle_core::{DType, Device, Result, Tensor};
@@ -90,17 +90,24 @@ fn cpu_fwd(residual: &Tensor, x: &Tensor, norms: DualNorms, eps: f64) -> Result<
     Ok((residual, y))
 }
 
-/// CUDA arm: one block per row, both norms in one pass over the row (src/kernels/cuda/norms.cu).
+/// CUDA arm: one block per row, both norms in one pass over the row (src/kernels/cuda/norms.cu);
+/// rows 4,097–6,144 wide take the lean variant, which reads the weights where it uses them.
 fn native_fwd(
     residual: &Tensor,
     x: &Tensor,
     norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, kernel_name, launch, per_row, per_row_lean, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
-    let Some(rows) = per_row(x.elem_count() / cols, cols, warp_lanes(x.device())) else {
-        return composed(residual, x, norms, eps);
+    let (rows, lanes) = (x.elem_count() / cols, warp_lanes(x.device()));
+    let (name, grid) = match (per_row_lean(rows, cols, lanes), per_row(rows, cols, lanes)) {
+        (Some(grid), _) => (
+            kernel_name("dual_rms_norm_plus_res_wide_lean", x.dtype())?,
+            grid,
+        ),
+        (None, Some(rows)) => (rows.kernel("dual_rms_norm_plus_res", x.dtype())?, rows.grid),
+        (None, None) => return composed(residual, x, norms, eps),
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
     let w1 = norms.post_norm.to_dtype(x.dtype())?.contiguous()?;
@@ -118,12 +125,7 @@ fn native_fwd(
         Arg::F32(norms.residual_scale as f32),
         Arg::F32(eps as f32),
     ];
-    launch(
-        &rows.kernel("dual_rms_norm_plus_res", x.dtype())?,
-        x.device(),
-        rows.grid,
-        &args,
-    )?;
+    launch(&name, x.device(), grid, &args)?;
     Ok((out_residual, out_y))
 }
 
@@ -151,7 +153,7 @@ pub fn reference(
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsOnce)
         .native(native::GPU_FLOATS_AND_CPU_F32)
-        .shape_paths(rms_norm::SHAPE_PATHS),
+        .shape_paths(SHAPE_PATHS),
     cases,
     run,
     mutants: &[
@@ -178,6 +180,24 @@ pub const CONTRACT: OpContract = OpContract {
     ],
 };
 
+const SHAPE_PATHS: &[ShapePath] = &[
+    ShapePath {
+        shapes: "rows up to 4096 wide, and 6145 to 8192",
+        path: "native: one block per row, the row and both weights held in registers (CUDA); one pass per row (CPU)",
+        case: "[2, 8192]",
+    },
+    ShapePath {
+        shapes: "rows 4097 to 6144 wide (31B's 5376)",
+        path: "native: one block per row sized to it, the row in registers and the weights read where used (CUDA); one pass per row (CPU)",
+        case: "[64, 5376]",
+    },
+    ShapePath {
+        shapes: "rows wider than 8192",
+        path: "composed on CUDA; the CPU arm takes them",
+        case: "[1, 8200]",
+    },
+];
+
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
     // 5376 is the 31B model's hidden size; 8192 the widest row held in registers. A scale other
@@ -190,6 +210,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 8200, 1.0),
         (1, 8200, 0.375),
         (2, 5376, 0.375),
+        (64, 5376, 1.0),
         (5, 2560, 1.0),
         (1, 2560, 0.375),
     ] {

@@ -355,8 +355,8 @@ fn cpu_fwd(
 /// are 256 and 512 wide.
 const NATIVE_MAX_HEAD_DIM: usize = 512;
 
-/// CUDA arm: one block per (token, head), the row normed in registers, rounded to T as the
-/// separate norm stores it, rotated through shared memory and written heads first
+/// CUDA arm: one warp per (token, head), the row normed in registers, rounded to T as the
+/// separate norm stores it, rotated through the warp's shared row and written heads first
 /// (src/kernels/cuda/norms.cu), k and v into the cache at the slot when given. Wider heads take
 /// the composed arm.
 #[allow(clippy::too_many_arguments)]
@@ -370,11 +370,11 @@ fn native_fwd(
     eps: f64,
     kv_slot: Option<KvSlot>,
 ) -> Result<AttentionInputs> {
-    use super::native::{empty, launch, per_row, warp_lanes, Arg};
+    use super::native::{empty, launch, per_warp, warp_lanes, Arg};
     let (_, seq, _) = qkv.dims3()?;
     let (d, hq, hkv) = (layout.head_dim, layout.q_heads, layout.kv_heads);
     let heads = layout.output_heads();
-    let rows = per_row(seq * heads, d, warp_lanes(qkv.device()))
+    let rows = per_warp(seq * heads, d, warp_lanes(qkv.device()))
         .filter(|_| d <= NATIVE_MAX_HEAD_DIM && d % 2 == 0);
     let Some(rows) = rows else {
         let inputs = composed(qkv, layout, q_norm, k_norm, cos, sin, eps)?;

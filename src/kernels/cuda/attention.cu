@@ -344,7 +344,25 @@ __device__ __forceinline__ void softmax_tile(const T* in, const float* row_mask,
     }
 }
 
-template <typename T, int VEC>
+// ONE_TILE: the host knows the row is one tile (keys ≤ G4_SOFTMAX_VALUES × lanes): each exp is
+// computed once and kept in registers, and no tile loop is compiled (a 512-token prefill's rows).
+// A zero exp (a masked key's) skips its quotient, which is 0 either way: 0 / sum takes the IEEE
+// division's slow path, and half a causal prefill's keys are masked (that took half the kernel's
+// time). The branch must stay a branch: written plainly the compiler turned it into a select and
+// ran the division anyway, so on CUDA the quotient is an asm statement it cannot speculate.
+__device__ __forceinline__ float softmax_quotient(float exp, float sum) {
+    float quotient = 0.0f;
+    if (exp != 0.0f) {
+#if defined(__HIPCC__)
+        quotient = exp / sum;
+#else
+        asm volatile("div.rn.f32 %0, %1, %2;" : "=f"(quotient) : "f"(exp), "f"(sum));
+#endif
+    }
+    return quotient;
+}
+
+template <typename T, int VEC, bool ONE_TILE>
 __device__ void attention_softmax(const T* scores, const float* mask, T* probs, int rows, int seq, int keys,
                                   float scale) {
     const int lanes = warpSize, lane = threadIdx.x % lanes;
@@ -353,27 +371,29 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
     const T* in = scores + (size_t)row * keys;
     const float* row_mask = mask ? mask + (size_t)(row % seq) * keys : nullptr;
     const int tile = G4_SOFTMAX_VALUES * lanes;
-    const bool one_tile = keys <= tile;
     float logits[G4_SOFTMAX_VALUES];
     float max = -INFINITY;
-    for (int first = 0; first < keys; first += tile) {
+    for (int first = 0; first < (ONE_TILE ? 1 : keys); first += tile) {
         softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
 #pragma unroll
         for (int i = 0; i < G4_SOFTMAX_VALUES; ++i) max = fmaxf(max, logits[i]);
     }
     for (int m = lanes / 2; m > 0; m >>= 1) max = fmaxf(max, G4_SHFL_XOR(max, m));
+    const bool visible = max != -INFINITY;  // else the row attends to nothing: zeros, not NaN
     float sum = 0.0f;
-    if (max != -INFINITY) {
-        for (int first = 0; first < keys; first += tile) {
-            if (!one_tile) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
+    for (int first = 0; first < (ONE_TILE ? 1 : keys); first += tile) {
+        if (!ONE_TILE) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
 #pragma unroll
-            for (int i = 0; i < G4_SOFTMAX_VALUES; ++i) sum += expf(logits[i] - max);
+        for (int i = 0; i < G4_SOFTMAX_VALUES; ++i) {
+            const float e = visible ? expf(logits[i] - max) : 0.0f;
+            sum += e;
+            if (ONE_TILE) logits[i] = e;
         }
     }
     for (int m = lanes / 2; m > 0; m >>= 1) sum += G4_SHFL_XOR(sum, m);
     T* out = probs + (size_t)row * keys;
-    for (int first = 0; first < keys; first += tile) {
-        if (!one_tile) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
+    for (int first = 0; first < (ONE_TILE ? 1 : keys); first += tile) {
+        if (!ONE_TILE) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
 #pragma unroll
         for (int c = 0; c < G4_SOFTMAX_VALUES / VEC; ++c) {
             const int t = first + (c * lanes + lane) * VEC;
@@ -381,7 +401,9 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
             Pack<T, VEC> p;
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                p.v[e] = g4_from_f32<T>(max == -INFINITY ? 0.0f : expf(logits[c * VEC + e] - max) / sum);
+                const float x = logits[c * VEC + e];
+                const float exp = ONE_TILE ? x : (visible ? expf(x - max) : 0.0f);
+                p.v[e] = g4_from_f32<T>(softmax_quotient(exp, sum));
             }
             *reinterpret_cast<Pack<T, VEC>*>(out + t) = p;
         }
@@ -405,12 +427,18 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
     extern "C" __global__ void g4_attention_softmax_##NAME(const T* scores, const float* mask, T* probs,     \
                                                            int rows, int seq, int keys, float scale) {       \
         G4_KERNEL_START();                                                                                   \
-        attention_softmax<T, 1>(scores, mask, probs, rows, seq, keys, scale);                                \
+        attention_softmax<T, 1, false>(scores, mask, probs, rows, seq, keys, scale);                         \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_softmax_vec_##NAME(const T* scores, const float* mask, T* probs, \
                                                                int rows, int seq, int keys, float scale) {   \
         G4_KERNEL_START();                                                                                   \
-        attention_softmax<T, 16 / sizeof(T)>(scores, mask, probs, rows, seq, keys, scale);                   \
+        attention_softmax<T, 16 / sizeof(T), false>(scores, mask, probs, rows, seq, keys, scale);            \
+    }                                                                                                        \
+    extern "C" __global__ void g4_attention_softmax_vec_one_tile_##NAME(const T* scores, const float* mask,  \
+                                                                        T* probs, int rows, int seq, int keys, \
+                                                                        float scale) {                       \
+        G4_KERNEL_START();                                                                                   \
+        attention_softmax<T, 16 / sizeof(T), true>(scores, mask, probs, rows, seq, keys, scale);             \
     }
 G4_FOR_FLOAT_TYPES(G4_ATTENTION)
 

@@ -20,6 +20,12 @@ typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor((v), (mask))
 #define G4_SHFL(v, lane) __shfl((v), (lane))
 #define G4_BALLOT(pred) ((unsigned long long)__ballot(pred))
+// A wavefront's lanes run together; the fence orders its shared-memory writes before the reads.
+#define G4_SYNC_WARP()                    \
+    do {                                  \
+        __threadfence_block();            \
+        __builtin_amdgcn_wave_barrier();  \
+    } while (0)
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,6 +36,7 @@ typedef __half g4_f16;
 #define G4_SHFL_XOR(v, mask) __shfl_xor_sync(0xffffffffu, (v), (mask))
 #define G4_SHFL(v, lane) __shfl_sync(0xffffffffu, (v), (lane))
 #define G4_BALLOT(pred) ((unsigned long long)__ballot_sync(0xffffffffu, (pred)))
+#define G4_SYNC_WARP() __syncwarp()
 #endif
 
 #include <stdint.h>

@@ -5,6 +5,12 @@
 
 // Per weight format: one entry point for up to G4_GEMV_MAX_ROWS rows and one for decode's single
 // row; dense weights also have the narrow single-row one (`linear`'s, for the same shapes).
+// Dense single-row blocks hold an output's gate and up warps (8 warps at E4B's and 31B's widths),
+// and at a batch of 8 loads (56 registers) only 4 such blocks fit a multiprocessor: 32 warps in
+// flight where linear's 4-warp blocks keep 36. A batch of 6 (48 registers, 5 blocks) is all a
+// lane of those rows loads anyway (E4B 5, 31B 5–6 vectors): 31B's gate/up 121.9 → 110.6 µs,
+// E4B's 29.6 → 28.6 (scripts/kernel-bench/gemv_bench). The batch does not change the sums' order.
+#define G4_GEMV_PAIR_BATCH 6
 #define G4_LINEAR_GELU_MUL(NAME, T)                                                                                        \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_linear_gelu_mul_##NAME(const T* x, const T* w, const T* up, T* y, int m,  \
                                                                         int d, int k, int warps_per_col) {                 \
@@ -14,7 +20,7 @@
     extern "C" __global__ void G4_GEMV_BOUNDS g4_linear_gelu_mul_one_row_##NAME(const T* x, const T* w, const T* up, T* y, \
                                                                                 int m, int d, int k, int warps_per_col) {  \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
-        gemv_gelu_mul<T, DenseWeights<T>, 1>(x, w, nullptr, up, y, m, d, k, warps_per_col);                                \
+        gemv_gelu_mul<T, DenseWeights<T>, 1, G4_GEMV_PAIR_BATCH>(x, w, nullptr, up, y, m, d, k, warps_per_col);            \
     }                                                                                                                      \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_linear_gelu_mul_one_row_narrow_##NAME(                                    \
         const T* x, const T* w, const T* up, T* y, int m, int d, int k, int warps_per_col) {                               \

@@ -11,14 +11,25 @@
 
 #define G4_NORM_MAX_THREADS 512
 
+// The threads that share a row: a whole block (one row per block), or one warp (qkv_norm_rope's
+// heads, a row per warp) — `lane` of `lanes`.
+struct RowThreads {
+    int lane, lanes;
+    bool one_warp;
+};
+__device__ __forceinline__ RowThreads block_threads() { return {(int)threadIdx.x, (int)blockDim.x, false}; }
+__device__ __forceinline__ RowThreads warp_threads() {
+    return {(int)(threadIdx.x % warpSize), (int)warpSize, true};
+}
+
 // A thread's V values of a row lie in runs of R = 16 / sizeof(T) consecutive elements, run c of
-// thread t starting at element (c · blockDim + t) · R, so that a row whose start is 16-byte
+// thread t starting at element (c · threads + t) · R, so that a row whose start is 16-byte
 // aligned and whose length is a multiple of R moves as whole 16-byte vectors (one load per run
 // instead of R; 2–3× fewer instructions a row). V is a multiple of R for every T.
 template <typename T>
-__device__ __forceinline__ int row_index(int i) {
+__device__ __forceinline__ int row_index(int i, RowThreads t) {
     constexpr int R = 16 / sizeof(T);
-    return ((i / R) * blockDim.x + threadIdx.x) * R + i % R;
+    return ((i / R) * t.lanes + t.lane) * R + i % R;
 }
 
 // Whether a row (of any element type) moves in whole runs of T: 16-byte aligned, cols % R == 0.
@@ -31,13 +42,13 @@ __device__ __forceinline__ bool whole_runs(const void* row, int cols) {
 // are those of the kernel's T whatever the row's type S (moe_output reads f32 rows in a bf16
 // kernel: two vectors a run).
 template <typename T, int V, typename S>
-__device__ __forceinline__ void load_row(const S* row, int cols, float (&v)[V]) {
+__device__ __forceinline__ void load_row(const S* row, int cols, float (&v)[V], RowThreads t = block_threads()) {
     constexpr int R = 16 / sizeof(T), P = 16 / sizeof(S);
     static_assert(R % P == 0, "a run is whole 16-byte vectors of S");
     const bool vectors = row && whole_runs<T>(row, cols);
 #pragma unroll
     for (int c = 0; c < V / R; ++c) {
-        const int first = row_index<T>(c * R);
+        const int first = row_index<T>(c * R, t);
         if (vectors && first < cols) {
 #pragma unroll
             for (int q = 0; q < R / P; ++q) {
@@ -69,12 +80,12 @@ __device__ __forceinline__ void load_f32_run(const float* row, int first, int co
 
 // Stores this thread's elements of a row (those before its end), each cast to T.
 template <int V, typename T>
-__device__ __forceinline__ void store_row(T* row, int cols, const float (&v)[V]) {
+__device__ __forceinline__ void store_row(T* row, int cols, const float (&v)[V], RowThreads t = block_threads()) {
     constexpr int R = 16 / sizeof(T);
     const bool vectors = whole_runs<T>(row, cols);
 #pragma unroll
     for (int c = 0; c < V / R; ++c) {
-        const int first = row_index<T>(c * R);
+        const int first = row_index<T>(c * R, t);
         if (first >= cols) continue;
         if (vectors) {
             Pack<T, R> p;
@@ -91,11 +102,16 @@ __device__ __forceinline__ void store_row(T* row, int cols, const float (&v)[V])
 }
 
 template <int V>
-__device__ __forceinline__ float inv_rms(const float (&v)[V], int cols, float eps) {
+__device__ __forceinline__ float inv_rms(const float (&v)[V], int cols, float eps, RowThreads t = block_threads()) {
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) sum += v[i] * v[i];
-    return 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
+    if (t.one_warp) {
+        for (int m = t.lanes / 2; m > 0; m >>= 1) sum += G4_SHFL_XOR(sum, m);
+    } else {
+        sum = g4_block_sum(sum);
+    }
+    return 1.0f / sqrtf(sum / cols + eps);
 }
 
 // Every input is loaded before the first reduction: one memory round trip per kernel. The
@@ -146,7 +162,7 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const float r = g4_round<T>(g4_round<T>(res[i] + g4_round<T>(v[i] * inv_x * weight1[i])) * scale);
-        v[i] = row_index<T>(i) < cols ? r : 0.0f;
+        v[i] = row_index<T>(i, block_threads()) < cols ? r : 0.0f;
     }
     store_row(out_residual + base, cols, v);
     const float inv_r = inv_rms(v, cols, eps);
@@ -155,24 +171,115 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     store_row(out_y + base, cols, res);
 }
 
-// qkv_norm_rope (src/kernels/qkv_norm_rope.rs): one block per (token s, output head) of a
-// layer's stacked projection [q | k | v] (kv_code 0: q only, 1: k and v, 2: k alone, v = k's raw
-// projection). Output heads: q heads, then k and v of each kv head in turn. The head is normed
-// like rms_norm, rounded to T as rms_norm stores it, then q and k are rotated like rope through
-// shared memory (a pair's halves sit in different threads) and written heads first
-// [heads, seq, d] — or, given a device-held cache `slot` (one decode token), k and v go straight
-// into the layer's cache [kv_heads, cache_rows, d] at that row, where a scatter per tensor wrote
-// them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
+// dual_rms_norm_plus_res for rows 4,097–6,144 wide (31B's 5,376), `_wide_lean`: 16 values a
+// thread as `_wide` holds, but the weights are read a run at a time where they are used (from
+// L1: every row shares them) instead of held in registers, and the host sizes the block to the
+// row (352 threads at 5,376). `_wide` took 101 registers at 512 threads, one row per
+// multiprocessor at a time; this takes about half, several rows at once. Same arithmetic.
+template <typename T>
+__device__ __forceinline__ void load_weight_run(const T* w, int first, int cols, float (&run)[16 / sizeof(T)]) {
+    constexpr int R = 16 / sizeof(T);
+    if (whole_runs<T>(w, cols)) {
+        if (first < cols) {
+            const Pack<T, R> p = *reinterpret_cast<const Pack<T, R>*>(w + first);
+#pragma unroll
+            for (int e = 0; e < R; ++e) run[e] = g4_to_f32(p.v[e]);
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < R; ++e) run[e] = first + e < cols ? g4_to_f32(w[first + e]) : 0.0f;
+}
+
+template <typename T>
+__device__ void dual_rms_norm_plus_res_lean(const T* residual, const T* x, const T* w1, const T* w2,
+                                            T* out_residual, T* out_y, int cols, float residual_scale, float eps) {
+    constexpr int V = 16, R = 16 / sizeof(T);
+    const RowThreads t = block_threads();
+    const size_t base = (size_t)blockIdx.x * cols;
+    float v[V], res[V];
+    G4_WAIT_FOR_INPUTS();
+    load_row<T>(x + base, cols, v);
+    load_row<T>(residual + base, cols, res);
+    const float inv_x = inv_rms(v, cols, eps);
+    const float scale = g4_round<T>(residual_scale);
+#pragma unroll
+    for (int c = 0; c < V / R; ++c) {
+        const int first = row_index<T>(c * R, t);
+        float weight[R];
+        load_weight_run<T>(w1, first, cols, weight);
+#pragma unroll
+        for (int e = 0; e < R; ++e) {
+            const int i = c * R + e;
+            const float r = g4_round<T>(g4_round<T>(res[i] + g4_round<T>(v[i] * inv_x * weight[e])) * scale);
+            v[i] = first + e < cols ? r : 0.0f;
+        }
+    }
+    store_row(out_residual + base, cols, v);
+    const float inv_r = inv_rms(v, cols, eps);
+#pragma unroll
+    for (int c = 0; c < V / R; ++c) {
+        const int first = row_index<T>(c * R, t);
+        float weight[R];
+        load_weight_run<T>(w2, first, cols, weight);
+#pragma unroll
+        for (int e = 0; e < R; ++e) v[c * R + e] = v[c * R + e] * inv_r * weight[e];
+    }
+    store_row(out_y + base, cols, v);
+}
+
+// qkv_norm_rope (src/kernels/qkv_norm_rope.rs): one warp per (token s, output head) of a layer's
+// stacked projection [q | k | v] (kv_code 0: q only, 1: k and v, 2: k alone, v = k's raw
+// projection), G4_QKV_BLOCK_THREADS a block. Output heads: q heads, then k and v of each kv head in
+// turn. The head is normed like rms_norm, rounded to T as rms_norm stores it, then q and k are
+// rotated like rope (a pair's halves exchanged in registers, by shuffles where they sit in
+// different lanes) and written heads first [heads, seq, d] — or, given a device-held cache `slot` (one decode token), k
+// and v go straight into the layer's cache [kv_heads, cache_rows, d] at that row, where a scatter
+// per tensor wrote them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
+// A warp per head and no block barrier: a block per head (one warp at head_dim 256) kept too few
+// warps on a multiprocessor, the cos/sin loads waited for the row's norm (a second memory round
+// trip; they now load beside the row), and the pairs met in shared memory with 8-way bank
+// conflicts (a lane's run is 8 consecutive floats).
 #define G4_QKV_MAX_HEAD_DIM 512
+#define G4_QKV_BLOCK_THREADS 256
+#define G4_QKV_MAX_WARPS (G4_QKV_BLOCK_THREADS / 32)
+
+// This lane's cos (or sin) of the pairs its elements belong to (zeros past the row's end):
+// cos[pair] for element j = pair or pair + half.
+template <typename T, int V>
+__device__ __forceinline__ void load_pair_table(const float* table, int d, bool runs, RowThreads t, float (&out)[V]) {
+    constexpr int R = 16 / sizeof(T);
+    const int half = d / 2;
+#pragma unroll
+    for (int c = 0; c < V / R; ++c) {
+        const int first = row_index<T>(c * R, t);
+        if (runs) {  // half % R == 0: no run straddles the halves
+            float run[R];
+            load_f32_run<R>(table, first < half ? first : first - half, half, run);
+#pragma unroll
+            for (int e = 0; e < R; ++e) out[c * R + e] = run[e];
+        } else {
+#pragma unroll
+            for (int e = 0; e < R; ++e) {
+                const int j = first + e, pair = j < half ? j : j - half;
+                out[c * R + e] = pair < half ? table[pair] : 0.0f;
+            }
+        }
+    }
+}
 
 template <typename T, int V>
 __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin,
                               T* q_out, T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq,
                               int q_heads, int kv_heads, int d, int kv_code, float eps) {
+    const RowThreads t = warp_threads();
+    const int warp = threadIdx.x / t.lanes;
     const int heads = q_heads + (kv_code ? 2 * kv_heads : 0);
+    const int row = blockIdx.x * (blockDim.x / t.lanes) + warp;
+    if (row >= seq * heads) return;  // the whole warp: its shuffles stay full
     const int parts = kv_code == 1 ? 2 : (kv_code == 2 ? 1 : 0);
     const int width = (q_heads + kv_heads * parts) * d;
-    const int s = blockIdx.x / heads, head = blockIdx.x % heads;
+    const int s = row / heads, head = row % heads;
     int offset, out_head;
     const T* w;
     T* out;
@@ -190,56 +297,76 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
         }
     }
     float v[V], weight[V];
-    load_row<T>(w, d, weight);
+    load_row<T>(w, d, weight, t);
     G4_WAIT_FOR_INPUTS();
-    load_row<T>(qkv + (size_t)s * width + offset, d, v);
-    const float inv = inv_rms(v, d, eps);
+    load_row<T>(qkv + (size_t)s * width + offset, d, v, t);
     T* dst = slot && out != q_out ? out + ((size_t)out_head * cache_rows + *slot) * d
                                   : out + ((size_t)out_head * seq + s) * d;
-    if (!rotate) {  // the same for the whole block
+    if (!rotate) {  // the same for the whole warp
+        const float inv = inv_rms(v, d, eps, t);
 #pragma unroll
         for (int i = 0; i < V; ++i) v[i] = v[i] * inv * weight[i];
-        store_row(dst, d, v);
+        store_row(dst, d, v, t);
         return;
     }
-    __shared__ float row[G4_QKV_MAX_HEAD_DIM];
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-        const int j = row_index<T>(i);
-        if (j < d) row[j] = g4_round<T>(v[i] * inv * weight[i]);
-    }
-    __syncthreads();
-    // Each thread rotates its own elements, a run at a time, and stores them as it loaded them
-    // (16 bytes at a time; one element per store took 8× the instructions). Where d / 2 is a
-    // multiple of R no run straddles the halves, so a run's cos and sin are one vector each.
     constexpr int R = 16 / sizeof(T);
     const int half = d / 2;
     const float* cos_row = cos + (size_t)s * half;
     const float* sin_row = sin + (size_t)s * half;
     const bool runs = half % R == 0 && reinterpret_cast<size_t>(cos_row) % 16 == 0 &&
                       reinterpret_cast<size_t>(sin_row) % 16 == 0;
+    float cs[V], sn[V];
+    load_pair_table<T>(cos_row, d, runs, t, cs);
+    load_pair_table<T>(sin_row, d, runs, t, sn);
+    const float inv = inv_rms(v, d, eps, t);
 #pragma unroll
-    for (int c = 0; c < V / R; ++c) {
-        const int first = row_index<T>(c * R);
-        if (first >= d) continue;
-        float cs[R], sn[R];
-        if (runs) {
-            const int first_pair = first < half ? first : first - half;
-            load_f32_run(cos_row, first_pair, half, cs);
-            load_f32_run(sin_row, first_pair, half, sn);
+    for (int i = 0; i < V; ++i) v[i] = g4_round<T>(v[i] * inv * weight[i]);
+    // Each element's pair partner (the element half a row away), found where it lives: half / R
+    // runs apart, a power of two below the lanes is another lane's same run (one shuffle; heads
+    // of 256 in 16-bit floats); a multiple of the lanes is this lane's run c ± that / lanes
+    // (heads of 512). Other widths go through the warp's row in shared memory.
+    float partner[V];
+    const int runs_apart = half % R == 0 ? half / R : 0;
+    const int runs_per_lane = runs_apart / t.lanes;
+    if (runs_apart > 0 && runs_apart < t.lanes && (runs_apart & (runs_apart - 1)) == 0) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) partner[i] = G4_SHFL_XOR(v[i], runs_apart);
+    } else if (runs_apart > 0 && runs_apart % t.lanes == 0 && (runs_per_lane == 1 || runs_per_lane == 2) &&
+               2 * runs_per_lane <= V / R) {
+#pragma unroll
+        for (int c = 0; c < V / R; ++c) {
+#pragma unroll
+            for (int other = 0; other < V / R; ++other) {
+                if (other != (c ^ runs_per_lane)) continue;
+#pragma unroll
+                for (int e = 0; e < R; ++e) partner[c * R + e] = v[other * R + e];
+            }
         }
+    } else {
+        __shared__ float rows[G4_QKV_MAX_WARPS][G4_QKV_MAX_HEAD_DIM];
+        float* normed = rows[warp];
 #pragma unroll
-        for (int e = 0; e < R; ++e) {
-            const int j = first + e;
-            const int pair = j < half ? j : j - half;
-            const bool inside = pair < half;  // false only past the row's end
-            const float cj = g4_round<T>(runs ? cs[e] : (inside ? cos_row[pair] : 0.0f));
-            const float sj = g4_round<T>(runs ? sn[e] : (inside ? sin_row[pair] : 0.0f));
-            const float a = pair < d ? row[pair] : 0.0f, b = pair + half < d ? row[pair + half] : 0.0f;
-            v[c * R + e] = j < half ? g4_round<T>(a * cj) - g4_round<T>(b * sj) : g4_round<T>(b * cj) + g4_round<T>(a * sj);
+        for (int i = 0; i < V; ++i) {
+            const int j = row_index<T>(i, t);
+            if (j < d) normed[j] = v[i];
+        }
+        G4_SYNC_WARP();
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+            const int j = row_index<T>(i, t);
+            const int other = j < half ? j + half : j - half;
+            partner[i] = j < d ? normed[other] : 0.0f;
         }
     }
-    store_row(dst, d, v);
+    // Each lane rotates its own elements and stores them as it loaded them (16 bytes at a time).
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        const int j = row_index<T>(i, t);
+        const float cj = g4_round<T>(cs[i]), sj = g4_round<T>(sn[i]);
+        v[i] = j < half ? g4_round<T>(v[i] * cj) - g4_round<T>(partner[i] * sj)
+                        : g4_round<T>(v[i] * cj) + g4_round<T>(partner[i] * sj);
+    }
+    store_row(dst, d, v, t);
 }
 
 // moe_inputs (src/kernels/moe_inputs.rs): an MoE layer's router input
@@ -288,7 +415,7 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     // d becomes the branches' sum, rounded to T as it is stored: the block's norm reads that.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-        d[i] = row_index<T>(i) < cols
+        d[i] = row_index<T>(i, block_threads()) < cols
                    ? g4_round<T>(g4_round<T>(d[i] * inv_d * weight1[i]) + g4_round<T>(e[i] * inv_e * weight2[i]))
                    : 0.0f;
     }
@@ -298,7 +425,7 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const float summed = g4_round<T>(res[i] + g4_round<T>(d[i] * inv_sum * weight3[i]));
-        d[i] = row_index<T>(i) < cols ? g4_round<T>(summed * scale) : 0.0f;
+        d[i] = row_index<T>(i, block_threads()) < cols ? g4_round<T>(summed * scale) : 0.0f;
     }
     store_row(out + base, cols, d);
     if (w4 == nullptr) return;  // the same for the whole block
@@ -326,7 +453,7 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
         G4_LET_DEPENDENTS_LAUNCH();                                                                                  \
         dual_rms_norm_plus_res<T, V>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps);  \
     }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
+    extern "C" __global__ void __launch_bounds__(G4_QKV_BLOCK_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
         T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq, int q_heads, int kv_heads, int d, \
         int kv_code, float eps) {                                                                            \
@@ -346,5 +473,15 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
         G4_LET_DEPENDENTS_LAUNCH();                                                                                  \
         moe_output<T, V>(residual, dense, experts, w1, w2, w3, w4, out, next, cols, output_scale, eps);     \
     }
-#define G4_NORMS(NAME, T) G4_NORM_KERNELS(NAME, T, 8, ) G4_NORM_KERNELS(NAME, T, 16, _wide)
+#define G4_LEAN_NORM_MAX_THREADS 384
+#define G4_NORMS(NAME, T)                                                                                   \
+    G4_NORM_KERNELS(NAME, T, 8, )                                                                           \
+    G4_NORM_KERNELS(NAME, T, 16, _wide)                                                                     \
+    extern "C" __global__ void __launch_bounds__(G4_LEAN_NORM_MAX_THREADS, 3)                               \
+        g4_dual_rms_norm_plus_res_wide_lean_##NAME(const T* residual, const T* x, const T* w1, const T* w2, \
+                                                   T* out_residual, T* out_y, int cols, float residual_scale, \
+                                                   float eps) {                                             \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                         \
+        dual_rms_norm_plus_res_lean<T>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps); \
+    }
 G4_FOR_FLOAT_TYPES(G4_NORMS)

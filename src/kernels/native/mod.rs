@@ -390,6 +390,37 @@ pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
     })
 }
 
+/// The lean wide norm's launch bound (`G4_LEAN_NORM_MAX_THREADS`).
+const ROW_LEAN_MAX_THREADS: usize = 384;
+
+/// The `_wide_lean` kernel's launch for rows 4,097–6,144 wide (31B's 5,376): one block per row
+/// sized to hold it at `ROW_VALUES_MAX` values a thread, whole warps of `lanes`; `None` for
+/// rows the other variants take.
+pub fn per_row_lean(rows: usize, cols: usize, lanes: usize) -> Option<Grid> {
+    let threads = cols.div_ceil(ROW_VALUES_MAX).next_multiple_of(lanes);
+    let wide = cols > ROW_MAX_THREADS * ROW_VALUES_PER_THREAD;
+    (wide && threads <= ROW_LEAN_MAX_THREADS).then_some(Grid {
+        blocks: rows as u32,
+        threads: threads as u32,
+    })
+}
+
+/// qkv_norm_rope's block (`G4_QKV_BLOCK_THREADS`): one row (a head) per warp.
+const WARP_ROW_BLOCK_THREADS: usize = 256;
+
+/// One row per warp, `WARP_ROW_BLOCK_THREADS` a block, the register budget the row needs on
+/// `lanes` lanes; `None` for rows wider than a warp holds.
+pub fn per_warp(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
+    (cols <= lanes * ROW_VALUES_MAX).then(|| RowLaunch {
+        grid: Grid::of_warps(
+            rows.div_ceil(WARP_ROW_BLOCK_THREADS / lanes),
+            WARP_ROW_BLOCK_THREADS / lanes,
+            lanes,
+        ),
+        wide: cols > lanes * ROW_VALUES_PER_THREAD,
+    })
+}
+
 /// Whether a kernel can read `t` in 16-byte vectors from its first element.
 pub fn vector_aligned(t: &Tensor) -> bool {
     (t.layout().start_offset() * t.dtype().size_in_bytes()).is_multiple_of(16)
@@ -661,6 +692,57 @@ mod tests {
                 assert_eq!(launch.wide, cols > 4096, "{cols} {lanes}");
             }
             assert!(super::per_row(1, 8200, lanes).is_none());
+        }
+    }
+
+    /// The lean launch takes exactly the wide rows its bound holds, in whole warps.
+    #[test]
+    fn a_lean_row_launch_takes_wide_rows_up_to_its_bound() {
+        for lanes in WARP_WIDTHS {
+            for cols in [4096, 4097, 5376, 6144, 6145, 8192] {
+                let lean = super::per_row_lean(3, cols, lanes);
+                assert_eq!(
+                    lean.is_some(),
+                    (4097..=6144).contains(&cols),
+                    "{cols} {lanes}"
+                );
+                if let Some(grid) = lean {
+                    let threads = grid.threads as usize;
+                    assert!(
+                        threads.is_multiple_of(lanes) && threads <= 384,
+                        "{cols} {lanes}"
+                    );
+                    assert!(cols <= threads * super::ROW_VALUES_MAX, "{cols} {lanes}");
+                }
+            }
+        }
+    }
+
+    /// A warp-per-row launch covers every row with whole warps and holds each row in a warp.
+    #[test]
+    fn a_warp_row_launch_holds_its_rows_on_any_warp_width() {
+        for lanes in WARP_WIDTHS {
+            for (rows, cols) in [(1, 12), (7, 256), (32768, 256), (20480, 512), (9, 1024)] {
+                let Some(launch) = super::per_warp(rows, cols, lanes) else {
+                    assert!(cols > lanes * super::ROW_VALUES_MAX, "{cols} {lanes}");
+                    continue;
+                };
+                let warps = launch.grid.warps(lanes);
+                assert_eq!(launch.grid.threads as usize, super::WARP_ROW_BLOCK_THREADS);
+                assert!(
+                    launch.grid.blocks as usize * warps >= rows,
+                    "{rows} {lanes}"
+                );
+                assert!(
+                    (launch.grid.blocks as usize - 1) * warps < rows,
+                    "{rows} {lanes}"
+                );
+                let values = match launch.wide {
+                    true => super::ROW_VALUES_MAX,
+                    false => super::ROW_VALUES_PER_THREAD,
+                };
+                assert!(cols <= lanes * values, "{cols} {lanes}");
+            }
         }
     }
 
