@@ -119,6 +119,24 @@ int main() {
         candidate("candidate: no quotient for a zero", softmax_candidate<MASKED | SKIP_ZERO>);
         candidate("candidate: reciprocal", softmax_candidate<MASKED | RECIPROCAL>);
         candidate("candidate: no quotient for a zero, __expf", softmax_candidate<MASKED | SKIP_ZERO | FAST_EXP>);
+        {  // logits spread as a random-weight model's are (±100 after the scale): many exps subnormal
+            std::vector<uint16_t> host(count);
+            for (size_t i = 0; i < count; ++i) {
+                const float value = 3200.0f * (float)((i * 2654435761u) % 1000) / 1000.0f - 1600.0f;
+                uint32_t bits;
+                memcpy(&bits, &value, 4);
+                host[i] = (uint16_t)(bits >> 16);
+            }
+            for (int s = 0; s < sets; ++s)
+                CHECK(cudaMemcpy(scores[s], host.data(), count * 2, cudaMemcpyHostToDevice));
+            printf("| g4_attention_softmax_vec_one_tile, logits ±100 | [%d, %d] | %.2f | %.2f | |\n", rows, keys,
+                   b.graph_us(launches, g4(4, true)), copy);
+            auto every_quotient = [&](int i) {
+                softmax_candidate<MASKED><<<rows / 4, 128, 0, b.stream>>>(scores[i % sets], mask, other, rows, seq, keys, scale);
+            };
+            printf("| candidate: one tile, every quotient, logits ±100 | [%d, %d] | %.2f | %.2f | |\n", rows, keys,
+                   b.graph_us(launches, every_quotient), copy);
+        }
         fflush(stdout);
     }
 

@@ -301,9 +301,11 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
 // row, no block-wide barrier: a lane holds G4_SOFTMAX_VALUES logits of a tile of the row in
 // registers, VEC consecutive keys per load (16 bytes of scores where the rows allow it). A row
 // of one tile (a 512-token prefill's) is read once; longer rows take three passes (max, sum,
-// quotient, as candle's softmax makes them), the later ones from cache. The sum and the quotient
-// are those of the composed arm: exp(logit − row max), summed, then divided. A row with no
-// visible key attends to nothing (zeros, not NaN).
+// scale, as candle's softmax makes them), the later ones from cache. The sum and the scale are
+// those of the composed arm (candle's CUDA softmax): exp(logit − row max), summed, then each
+// exp times the sum's reciprocal. A quotient per key was slower by half: a masked key's 0 / sum
+// and a far key's subnormal exp take the IEEE division's slow path, and random-weight logits
+// spread far enough to make many. A row with no visible key attends to nothing (zeros, not NaN).
 #define G4_SOFTMAX_VALUES 16
 
 // A vector's VEC mask entries (zeros without a mask). The host takes the vector kernels only
@@ -346,22 +348,6 @@ __device__ __forceinline__ void softmax_tile(const T* in, const float* row_mask,
 
 // ONE_TILE: the host knows the row is one tile (keys ≤ G4_SOFTMAX_VALUES × lanes): each exp is
 // computed once and kept in registers, and no tile loop is compiled (a 512-token prefill's rows).
-// A zero exp (a masked key's) skips its quotient, which is 0 either way: 0 / sum takes the IEEE
-// division's slow path, and half a causal prefill's keys are masked (that took half the kernel's
-// time). The branch must stay a branch: written plainly the compiler turned it into a select and
-// ran the division anyway, so on CUDA the quotient is an asm statement it cannot speculate.
-__device__ __forceinline__ float softmax_quotient(float exp, float sum) {
-    float quotient = 0.0f;
-    if (exp != 0.0f) {
-#if defined(__HIPCC__)
-        quotient = exp / sum;
-#else
-        asm volatile("div.rn.f32 %0, %1, %2;" : "=f"(quotient) : "f"(exp), "f"(sum));
-#endif
-    }
-    return quotient;
-}
-
 template <typename T, int VEC, bool ONE_TILE>
 __device__ void attention_softmax(const T* scores, const float* mask, T* probs, int rows, int seq, int keys,
                                   float scale) {
@@ -391,6 +377,7 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
         }
     }
     for (int m = lanes / 2; m > 0; m >>= 1) sum += G4_SHFL_XOR(sum, m);
+    const float inverse = visible ? 1.0f / sum : 0.0f;
     T* out = probs + (size_t)row * keys;
     for (int first = 0; first < (ONE_TILE ? 1 : keys); first += tile) {
         if (!ONE_TILE) softmax_tile<T, VEC>(in, row_mask, keys, first, lane, lanes, scale, logits);
@@ -403,7 +390,7 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
             for (int e = 0; e < VEC; ++e) {
                 const float x = logits[c * VEC + e];
                 const float exp = ONE_TILE ? x : (visible ? expf(x - max) : 0.0f);
-                p.v[e] = g4_from_f32<T>(softmax_quotient(exp, sum));
+                p.v[e] = g4_from_f32<T>(exp * inverse);
             }
             *reinterpret_cast<Pack<T, VEC>*>(out + t) = p;
         }
