@@ -146,6 +146,22 @@ __device__ void rms_norm_plus_add(const T* residual, const T* x, const T* w, T* 
 
 // residual' = (residual + rms_norm(x; w1)) · s, each step rounded to T as the separate ops store
 // it (s = 1 leaves the sum as it is: inside a layer); y = rms_norm(residual'; w2).
+template <typename T>
+__device__ __forceinline__ float residual_after(float residual, float x, float inv_x, float w1, float scale) {
+    return g4_round<T>(g4_round<T>(residual + g4_round<T>(x * inv_x * w1)) * scale);
+}
+
+// Waits for the kernels before, loads this thread's x and residual of row `base`, and returns
+// x's 1 / rms.
+template <typename T, int V>
+__device__ __forceinline__ float load_tail_inputs(const T* x, const T* residual, size_t base, int cols, float eps,
+                                                  float (&v)[V], float (&res)[V]) {
+    G4_WAIT_FOR_INPUTS();
+    load_row<T>(x + base, cols, v);
+    load_row<T>(residual + base, cols, res);
+    return inv_rms(v, cols, eps);
+}
+
 template <typename T, int V>
 __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
                                        T* out_y, int cols, float residual_scale, float eps) {
@@ -153,15 +169,12 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     float v[V], weight1[V], weight2[V], res[V];
     load_row<T>(w1, cols, weight1);
     load_row<T>(w2, cols, weight2);
-    G4_WAIT_FOR_INPUTS();
-    load_row<T>(x + base, cols, v);
-    load_row<T>(residual + base, cols, res);
-    const float inv_x = inv_rms(v, cols, eps);
+    const float inv_x = load_tail_inputs(x, residual, base, cols, eps, v, res);
     const float scale = g4_round<T>(residual_scale);
     // v becomes the new residual, rounded to T as it is stored: the second norm reads that.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-        const float r = g4_round<T>(g4_round<T>(res[i] + g4_round<T>(v[i] * inv_x * weight1[i])) * scale);
+        const float r = residual_after<T>(res[i], v[i], inv_x, weight1[i], scale);
         v[i] = row_index<T>(i, block_threads()) < cols ? r : 0.0f;
     }
     store_row(out_residual + base, cols, v);
@@ -191,40 +204,36 @@ __device__ __forceinline__ void load_weight_run(const T* w, int first, int cols,
     for (int e = 0; e < R; ++e) run[e] = first + e < cols ? g4_to_f32(w[first + e]) : 0.0f;
 }
 
+// Calls f(i, j, w_j) for each of this thread's V values (value i, row element j), the weights
+// loaded a run at a time.
+template <typename T, int V, typename F>
+__device__ __forceinline__ void with_weight_runs(const T* w, int cols, RowThreads t, F f) {
+    constexpr int R = 16 / sizeof(T);
+#pragma unroll
+    for (int c = 0; c < V / R; ++c) {
+        const int first = row_index<T>(c * R, t);
+        float weight[R];
+        load_weight_run<T>(w, first, cols, weight);
+#pragma unroll
+        for (int e = 0; e < R; ++e) f(c * R + e, first + e, weight[e]);
+    }
+}
+
 template <typename T>
 __device__ void dual_rms_norm_plus_res_lean(const T* residual, const T* x, const T* w1, const T* w2,
                                             T* out_residual, T* out_y, int cols, float residual_scale, float eps) {
-    constexpr int V = 16, R = 16 / sizeof(T);
+    constexpr int V = 16;
     const RowThreads t = block_threads();
     const size_t base = (size_t)blockIdx.x * cols;
     float v[V], res[V];
-    G4_WAIT_FOR_INPUTS();
-    load_row<T>(x + base, cols, v);
-    load_row<T>(residual + base, cols, res);
-    const float inv_x = inv_rms(v, cols, eps);
+    const float inv_x = load_tail_inputs(x, residual, base, cols, eps, v, res);
     const float scale = g4_round<T>(residual_scale);
-#pragma unroll
-    for (int c = 0; c < V / R; ++c) {
-        const int first = row_index<T>(c * R, t);
-        float weight[R];
-        load_weight_run<T>(w1, first, cols, weight);
-#pragma unroll
-        for (int e = 0; e < R; ++e) {
-            const int i = c * R + e;
-            const float r = g4_round<T>(g4_round<T>(res[i] + g4_round<T>(v[i] * inv_x * weight[e])) * scale);
-            v[i] = first + e < cols ? r : 0.0f;
-        }
-    }
+    with_weight_runs<T, V>(w1, cols, t, [&](int i, int j, float w) {
+        v[i] = j < cols ? residual_after<T>(res[i], v[i], inv_x, w, scale) : 0.0f;
+    });
     store_row(out_residual + base, cols, v);
     const float inv_r = inv_rms(v, cols, eps);
-#pragma unroll
-    for (int c = 0; c < V / R; ++c) {
-        const int first = row_index<T>(c * R, t);
-        float weight[R];
-        load_weight_run<T>(w2, first, cols, weight);
-#pragma unroll
-        for (int e = 0; e < R; ++e) v[c * R + e] = v[c * R + e] * inv_r * weight[e];
-    }
+    with_weight_runs<T, V>(w2, cols, t, [&](int i, int, float w) { v[i] = v[i] * inv_r * w; });
     store_row(out_y + base, cols, v);
 }
 
