@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|first-token|ab|ab-moe ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|first-token|ab|ab-moe|ab-31b ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -24,7 +24,8 @@
 #   can read slower for either binary, so a single old-then-new pair can mislead; G4_AB_ENV=NAME=VALUE
 #   adds G4 run under that environment as a third side; ab-moe (with G4_BASE): the same on 26B-A4B,
 #   bf16 alternated twice, then its FP8 rewrite once each (a call of its own: the disk holds one
-#   full-size checkpoint);
+#   full-size checkpoint); ab-31b (with G4_BASE): the same on 31B, bf16, alternated twice (a call
+#   of its own, as ab-moe);
 #   kernel-bench: the standalone kernel benchmarks of scripts/kernel-bench (built by its build.sh);
 #   first-token: the embedded model's first token with an empty CUDA compile cache (fails beyond 3 s);
 #   G4_REFERENCE_TIMEOUT caps each transformers run, default 420 s)
@@ -340,6 +341,30 @@ for path in sorted(glob.glob(sys.argv[1] + "/ab-moe-*.json")):
     d = json.load(open(path))
     rate = {r["measurement"]["test"]: r["measurement"]["tokens_per_s_mean"] for r in d["results"]}
     print(f"| {path.split('/ab-moe-')[1][:-5]} | {rate['pp512']:.1f} | {rate['tg64']:.1f} | {d['memory_mib']['after_load']:.0f} |")
+PY
+fi
+if [[ " $STEPS " == *" ab-31b "* ]]; then
+  # 31B: G4_BASE and G4 alternated twice, bf16, pp512 and graph tg64 (3 repetitions each).
+  echo "== A/B: ${G4_BASE:?ab-31b needs G4_BASE} against $G4, 31B bf16 (alternated twice)"
+  D31=/tmp/g4-31b
+  rm -rf /tmp/g4-e4b /tmp/g4-e4b-fp8 /tmp/g4-26b-a4b /tmp/g4-26b-a4b-fp8  # one full-size checkpoint at a time
+  [ -f "$D31/config.json" ] || python3 scripts/e4b_reference.py build "$D31" --preset 31b 2>&1 | grep -v -i warn
+  for round in 1 2; do
+    for side in base new; do
+      binary=$G4; [ $side = base ] && binary=$G4_BASE
+      $binary bench --model "$D31" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 3 --json > "$OUT/ab-31b-$side-$round.json"
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import json, sys
+measured = lambda p: {r["measurement"]["test"]: r["measurement"] for r in json.load(open(p))["results"]}
+print("| round | test | base tok/s | new tok/s | new / base |")
+print("|---:|---|---:|---:|---:|")
+for round in (1, 2):
+    base, new = (measured(f"{sys.argv[1]}/ab-31b-{side}-{round}.json") for side in ("base", "new"))
+    for test in ("pp512", "tg64"):
+        b, n = base[test]["tokens_per_s_mean"], new[test]["tokens_per_s_mean"]
+        print(f"| {round} | {test} | {b:.1f} ± {base[test]['tokens_per_s_stddev']:.1f} | {n:.1f} ± {new[test]['tokens_per_s_stddev']:.1f} | {n / b:.3f} |")
 PY
 fi
 echo "gpu-check: $([ $FAILED = 0 ] && echo 'every step passed' || echo 'FAILED: see the lines above')"
