@@ -317,17 +317,24 @@ for ckpt in ("g4-e4b", "g4-e4b-fp8"):
             print(f"| {ckpt} | {round} | {test} | {base:.1f} | " + " | ".join(cells) + " |")
 PY
 fi
+# G4_BASE and G4 alternated ROUNDS times on MODEL (bf16, pp512 and graph tg64, REPS repetitions
+# each): $OUT/PREFIX-{base,new}-ROUND.json.
+alternate_base_new() {
+  local model=$1 prefix=$2 rounds=$3 reps=$4 round side binary
+  for round in $(seq "$rounds"); do
+    for side in base new; do
+      binary=$G4; [ $side = base ] && binary=$G4_BASE
+      $binary bench --model "$model" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r "$reps" --json \
+        > "$OUT/$prefix-$side-$round.json"
+    done
+  done
+}
 if [[ " $STEPS " == *" ab-moe "* ]]; then
   # 26B-A4B: G4_BASE and G4 alternated twice on bf16, then once each on the FP8 rewrite of the
   # same weights (the bf16 shards are deleted as they are converted: the disk holds one).
   echo "== A/B: ${G4_BASE:?ab-moe needs G4_BASE} against $G4, 26B-A4B bf16 (alternated twice) and FP8"
   MOE_FP8=/tmp/g4-26b-a4b-fp8
-  for round in 1 2; do
-    for side in base new; do
-      binary=$G4; [ $side = base ] && binary=$G4_BASE
-      $binary bench --model "$MOE" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json > "$OUT/ab-moe-$side-$round.json"
-    done
-  done
+  alternate_base_new "$MOE" ab-moe 2 2
   [ -f "$MOE_FP8/config.json" ] || { python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source && rm -rf "$MOE"; }
   for side in base new; do
     binary=$G4; [ $side = base ] && binary=$G4_BASE
@@ -349,12 +356,7 @@ if [[ " $STEPS " == *" ab-31b "* ]]; then
   D31=/tmp/g4-31b
   rm -rf /tmp/g4-e4b /tmp/g4-e4b-fp8 /tmp/g4-26b-a4b /tmp/g4-26b-a4b-fp8  # one full-size checkpoint at a time
   [ -f "$D31/config.json" ] || python3 scripts/e4b_reference.py build "$D31" --preset 31b 2>&1 | grep -v -i warn
-  for round in 1 2; do
-    for side in base new; do
-      binary=$G4; [ $side = base ] && binary=$G4_BASE
-      $binary bench --model "$D31" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 3 --json > "$OUT/ab-31b-$side-$round.json"
-    done
-  done
+  alternate_base_new "$D31" ab-31b 2 3
   python3 - "$OUT" <<'PY'
 import json, sys
 measured = lambda p: {r["measurement"]["test"]: r["measurement"] for r in json.load(open(p))["results"]}
