@@ -62,38 +62,36 @@ __global__ void two_columns_per_warp(const bf* x, const bf* w, bf* y, int n, int
     }
 }
 
-// gemv_gelu_mul (gemv.cuh) over packed [gate ‖ up] weights, one row of X; INTERLEAVED reads
-// a candidate layout instead, gate row o at 2o and up row o at 2o + 1, so that an output's block
-// reads one contiguous stretch of W where the packed layout reads two, d rows apart.
-// BOUNDED: 5 blocks of 8 warps asked of a multiprocessor (at 56 registers 4 fit: 32 warps in
-// flight where the plain GEMV's 4-warp blocks keep 36).
-template <bool INTERLEAVED, int BATCH = G4_GEMV_BATCH>
-__device__ void gelu_mul_one_row_body(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
+// g4's gemv_gelu_mul (gemv.cuh) over packed [gate ‖ up] weights, one row of X, at a batch of
+// BATCH loads.
+template <int BATCH>
+__global__ void gelu_mul_packed(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
+    gemv_gelu_mul<bf, DenseWeights<bf>, 1, BATCH>(x, w, nullptr, nullptr, y, 1, d, k, warps_per_col);
+}
+
+// The same at a batch of 8 with 5 blocks of 8 warps asked of a multiprocessor (at 56 registers 4
+// fit: 32 warps in flight where the plain GEMV's 4-warp blocks keep 36).
+__global__ void __launch_bounds__(256, 5) gelu_mul_packed_bounded(const bf* x, const bf* w, bf* y, int d, int k,
+                                                                   int warps_per_col) {
+    gemv_gelu_mul<bf, DenseWeights<bf>, 1, G4_GEMV_BATCH>(x, w, nullptr, nullptr, y, 1, d, k, warps_per_col);
+}
+
+// gemv_gelu_mul's block over a candidate layout: gate row o at 2o and up row o at 2o + 1, so
+// that an output's block reads one contiguous stretch of W where the packed layout reads two, d
+// rows apart.
+__global__ void gelu_mul_interleaved(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warps_per_out = warps_per_col * 2;
     const int out = blockIdx.x * (blockDim.x / 32 / warps_per_out) + warp / warps_per_out;
     const int half = (warp / warps_per_col) % 2, part = warp % warps_per_col;
     __shared__ float partial[G4_GEMV_MAX_WARPS][1];
-    const int row = INTERLEAVED ? 2 * out + half : out + half * d;
-    gemv_partials<bf, DenseWeights<bf>, 1, BATCH>(x, w, row, out < d, part, warps_per_col, 1, k, partial);
+    gemv_partials<bf, DenseWeights<bf>, 1, G4_GEMV_BATCH>(x, w, 2 * out + half, out < d, part, warps_per_col, 1, k,
+                                                          partial);
     if (half == 0 && part == 0 && lane == 0 && out < d) {
         const float gate = g4_round<bf>(gemv_total<1>(partial, warp, warps_per_col, 0));
         const float u = g4_round<bf>(gemv_total<1>(partial, warp + warps_per_col, warps_per_col, 0));
         y[out] = g4_from_f32<bf>(g4_round<bf>(g4_gelu_tanh(gate)) * u);
     }
-}
-template <bool INTERLEAVED>
-__global__ void gelu_mul_one_row(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
-    gelu_mul_one_row_body<INTERLEAVED>(x, w, y, d, k, warps_per_col);
-}
-// A batch of 6 loads: what a lane of 31B's gate/up row (672 vectors over 4 warps) has, in fewer
-// registers than 8.
-__global__ void gelu_mul_one_row_batch6(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
-    gelu_mul_one_row_body<false, 6>(x, w, y, d, k, warps_per_col);
-}
-__global__ void __launch_bounds__(256, 5) gelu_mul_one_row_bounded(const bf* x, const bf* w, bf* y, int d, int k,
-                                                                    int warps_per_col) {
-    gelu_mul_one_row_body<false>(x, w, y, d, k, warps_per_col);
 }
 
 // The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's single-row launch: one output's
@@ -115,16 +113,16 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         };
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         time("packed", [&](const bf* w) {
-            gelu_mul_one_row<false><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+            gelu_mul_packed<G4_GEMV_BATCH><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
         });
         time("interleaved", [&](const bf* w) {
-            gelu_mul_one_row<true><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+            gelu_mul_interleaved<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
         });
         time("packed_bounded", [&](const bf* w) {
-            gelu_mul_one_row_bounded<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+            gelu_mul_packed_bounded<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
         });
         time("packed_batch6", [&](const bf* w) {
-            gelu_mul_one_row_batch6<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+            gelu_mul_packed<6><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
         });
         time("plain_gemv", [&](const bf* w) {
             gemv_one_row<8><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);

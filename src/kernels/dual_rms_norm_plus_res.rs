@@ -98,16 +98,11 @@ fn native_fwd(
     norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, kernel_name, launch, per_row, per_row_lean, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, per_row_lean, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
     let (rows, lanes) = (x.elem_count() / cols, warp_lanes(x.device()));
-    let (name, grid) = match (per_row_lean(rows, cols, lanes), per_row(rows, cols, lanes)) {
-        (Some(grid), _) => (
-            kernel_name("dual_rms_norm_plus_res_wide_lean", x.dtype())?,
-            grid,
-        ),
-        (None, Some(rows)) => (rows.kernel("dual_rms_norm_plus_res", x.dtype())?, rows.grid),
-        (None, None) => return composed(residual, x, norms, eps),
+    let Some(rows) = per_row_lean(rows, cols, lanes).or_else(|| per_row(rows, cols, lanes)) else {
+        return composed(residual, x, norms, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
     let w1 = norms.post_norm.to_dtype(x.dtype())?.contiguous()?;
@@ -125,7 +120,12 @@ fn native_fwd(
         Arg::F32(norms.residual_scale as f32),
         Arg::F32(eps as f32),
     ];
-    launch(&name, x.device(), grid, &args)?;
+    launch(
+        &rows.kernel("dual_rms_norm_plus_res", x.dtype())?,
+        x.device(),
+        rows.grid,
+        &args,
+    )?;
     Ok((out_residual, out_y))
 }
 

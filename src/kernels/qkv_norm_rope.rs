@@ -356,9 +356,9 @@ fn cpu_fwd(
 const NATIVE_MAX_HEAD_DIM: usize = 512;
 
 /// CUDA arm: one warp per (token, head), the row normed in registers, rounded to T as the
-/// separate norm stores it, rotated through the warp's shared row and written heads first
-/// (src/kernels/cuda/norms.cu), k and v into the cache at the slot when given. Wider heads take
-/// the composed arm.
+/// separate norm stores it, rotated with each pair's halves exchanged in registers, and written
+/// heads first (src/kernels/cuda/norms.cu), k and v into the cache at the slot when given. Wider
+/// heads take the composed arm.
 #[allow(clippy::too_many_arguments)]
 fn native_fwd(
     qkv: &Tensor,

@@ -97,11 +97,17 @@ __device__ __forceinline__ float g4_gelu_tanh(float v) {
     return 0.5f * v * (1.0f + tanhf(sqrt_two_over_pi * v * (1.0f + 0.044715f * v * v)));
 }
 
+// Sum over a warp, in every lane.
+__device__ __forceinline__ float g4_warp_sum(float v) {
+    for (int mask = warpSize / 2; mask > 0; mask >>= 1) v += G4_SHFL_XOR(v, mask);
+    return v;
+}
+
 // Sum over a block (any size up to 1024 threads, a multiple of the warp size).
 __device__ __forceinline__ float g4_block_sum(float v) {
     __shared__ float partial[32];
     const int warp_size = warpSize;
-    for (int mask = warp_size / 2; mask > 0; mask >>= 1) v += G4_SHFL_XOR(v, mask);
+    v = g4_warp_sum(v);
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
     if (lane == 0) partial[warp] = v;
     __syncthreads();

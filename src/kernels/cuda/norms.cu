@@ -106,11 +106,7 @@ __device__ __forceinline__ float inv_rms(const float (&v)[V], int cols, float ep
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < V; ++i) sum += v[i] * v[i];
-    if (t.one_warp) {
-        for (int m = t.lanes / 2; m > 0; m >>= 1) sum += G4_SHFL_XOR(sum, m);
-    } else {
-        sum = g4_block_sum(sum);
-    }
+    sum = t.one_warp ? g4_warp_sum(sum) : g4_block_sum(sum);
     return 1.0f / sqrtf(sum / cols + eps);
 }
 
@@ -242,9 +238,9 @@ __device__ void dual_rms_norm_plus_res_lean(const T* residual, const T* x, const
 // projection), G4_QKV_BLOCK_THREADS a block. Output heads: q heads, then k and v of each kv head in
 // turn. The head is normed like rms_norm, rounded to T as rms_norm stores it, then q and k are
 // rotated like rope (a pair's halves exchanged in registers, by shuffles where they sit in
-// different lanes) and written heads first [heads, seq, d] — or, given a device-held cache `slot` (one decode token), k
-// and v go straight into the layer's cache [kv_heads, cache_rows, d] at that row, where a scatter
-// per tensor wrote them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
+// different lanes) and written heads first [heads, seq, d] — or, given a device-held cache
+// `slot` (one decode token), k and v go straight into the layer's cache [kv_heads, cache_rows, d]
+// at that row, where a scatter per tensor wrote them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
 // A warp per head and no block barrier: a block per head (one warp at head_dim 256) kept too few
 // warps on a multiprocessor, the cos/sin loads waited for the row's norm (a second memory round
 // trip; they now load beside the row), and the pairs met in shared memory with 8-way bank
@@ -332,8 +328,10 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
     for (int i = 0; i < V; ++i) v[i] = g4_round<T>(v[i] * inv * weight[i]);
     // Each element's pair partner (the element half a row away), found where it lives: half / R
     // runs apart, a power of two below the lanes is another lane's same run (one shuffle; heads
-    // of 256 in 16-bit floats); a multiple of the lanes is this lane's run c ± that / lanes
-    // (heads of 512). Other widths go through the warp's row in shared memory.
+    // of 256 in 16-bit floats); a multiple of the lanes is this lane's run c ^ that / lanes
+    // (heads of 512; a lane holds at most 4 runs, so that is 1 or 2 — said in the condition,
+    // without which the compiler kept v in local memory to index it). Other widths go through
+    // the warp's row in shared memory.
     float partner[V];
     const int runs_apart = half % R == 0 ? half / R : 0;
     const int runs_per_lane = runs_apart / t.lanes;

@@ -360,15 +360,17 @@ pub struct RowLaunch {
     pub grid: Grid,
     /// More than `ROW_VALUES_PER_THREAD` values per thread: the kernel's `_wide` variant.
     wide: bool,
+    /// The wide row held with the weights read where used: the `_wide_lean` variant.
+    lean: bool,
 }
 
 impl RowLaunch {
-    /// `g4_<kernel>[_wide]_<dtype>`.
+    /// `g4_<kernel>[_wide[_lean]]_<dtype>`.
     pub fn kernel(&self, kernel: &str, dtype: DType) -> Result<String> {
-        if self.wide {
-            kernel_name(&format!("{kernel}_wide"), dtype)
-        } else {
-            kernel_name(kernel, dtype)
+        match (self.wide, self.lean) {
+            (true, true) => kernel_name(&format!("{kernel}_wide_lean"), dtype),
+            (true, false) => kernel_name(&format!("{kernel}_wide"), dtype),
+            (false, _) => kernel_name(kernel, dtype),
         }
     }
 }
@@ -387,21 +389,26 @@ pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
             threads: threads as u32,
         },
         wide: cols > threads * ROW_VALUES_PER_THREAD,
+        lean: false,
     })
 }
 
 /// The lean wide norm's launch bound (`G4_LEAN_NORM_MAX_THREADS`).
 const ROW_LEAN_MAX_THREADS: usize = 384;
 
-/// The `_wide_lean` kernel's launch for rows 4,097–6,144 wide (31B's 5,376): one block per row
-/// sized to hold it at `ROW_VALUES_MAX` values a thread, whole warps of `lanes`; `None` for
-/// rows the other variants take.
-pub fn per_row_lean(rows: usize, cols: usize, lanes: usize) -> Option<Grid> {
+/// The `_wide_lean` launch for rows 4,097–6,144 wide (31B's 5,376), for kernels that have that
+/// variant: one block per row sized to hold it at `ROW_VALUES_MAX` values a thread, whole warps
+/// of `lanes`; `None` for rows [`per_row`] takes.
+pub fn per_row_lean(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
     let threads = cols.div_ceil(ROW_VALUES_MAX).next_multiple_of(lanes);
     let wide = cols > ROW_MAX_THREADS * ROW_VALUES_PER_THREAD;
-    (wide && threads <= ROW_LEAN_MAX_THREADS).then_some(Grid {
-        blocks: rows as u32,
-        threads: threads as u32,
+    (wide && threads <= ROW_LEAN_MAX_THREADS).then_some(RowLaunch {
+        grid: Grid {
+            blocks: rows as u32,
+            threads: threads as u32,
+        },
+        wide: true,
+        lean: true,
     })
 }
 
@@ -418,6 +425,7 @@ pub fn per_warp(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
             lanes,
         ),
         wide: cols > lanes * ROW_VALUES_PER_THREAD,
+        lean: false,
     })
 }
 
@@ -658,6 +666,7 @@ pub fn run_and_capture(device: &Device, step: &dyn Fn() -> Result<()>) -> Result
 #[cfg(test)]
 mod tests {
     use super::{Grid, WARP_WIDTHS};
+    use candle_core::DType;
 
     /// `moe_router_topk` and `attention` launch `Grid::of_warps` directly with the warps their
     /// kernels expect per block.
@@ -706,8 +715,14 @@ mod tests {
                     (4097..=6144).contains(&cols),
                     "{cols} {lanes}"
                 );
-                if let Some(grid) = lean {
-                    let threads = grid.threads as usize;
+                if let Some(launch) = lean {
+                    assert_eq!(
+                        launch
+                            .kernel("dual_rms_norm_plus_res", DType::BF16)
+                            .unwrap(),
+                        "g4_dual_rms_norm_plus_res_wide_lean_bf16"
+                    );
+                    let threads = launch.grid.threads as usize;
                     assert!(
                         threads.is_multiple_of(lanes) && threads <= 384,
                         "{cols} {lanes}"
