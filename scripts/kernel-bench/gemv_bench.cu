@@ -172,15 +172,19 @@ int main() {
             };
             variants.push_back({name, launch});
         };
-        // g4's choice (linear.rs): the narrow kernel up to 5,376 columns.
-        add_gemv("g4", sh.n <= 5376 ? 4 : 8, 4);
+        // g4's choice (linear.rs): the narrow kernel up to 5,376 columns, in 8-warp blocks where
+        // one batch per lane needs 8 warps or more.
+        const bool narrow = sh.n <= 5376;
+        add_gemv("g4", narrow ? 4 : 8, narrow && sh.k / 8 >= 8 * 32 * 4 ? 8 : 4);
+        add_gemv("batch4_4warps", 4, 4);
         variants.push_back({"read", [&, bytes](const bf* w) { bench.read(w, bytes); }});
         add_gemv("batch8", 8, 4);
-        add_gemv("batch4", 4, 4);
         add_gemv("batch8_8warps", 8, 8);
         add_gemv("batch4_8warps", 4, 8);
         add_gemv("batch6", 6, 4);
         add_gemv("batch6_8warps", 6, 8);
+        add_gemv("batch4_16warps", 4, 16);
+        add_gemv("batch6_16warps", 6, 16);
         {
             const std::pair<int, int> g = gemv_geometry(sh.n, sh.k / 8, 8, 4);
             variants.push_back({"batch8_bounded", [=, &bench](const bf* w) {

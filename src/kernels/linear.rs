@@ -59,6 +59,20 @@ pub(super) const LOADS_PER_LANE: usize = 8;
 /// gate/up, the head).
 const NARROW_MAX_COLUMNS: usize = 5376;
 const NARROW_LOADS_PER_LANE: usize = 4;
+/// Narrow single-row projections whose K needs 8 or more warps for one batch per lane (K ≥ 8,192
+/// in bf16 on 32-lane warps: 31B's o and down, E4B's down) take blocks of 8 warps, all on one
+/// column, where 4-warp blocks had each lane loop over 2–3 batches. H200, bf16, `gemv_bench`
+/// (stop 41): 31B o 25.05 → 23.56 µs, 31B down 61.26 → 57.53, E4B down 17.44 → 17.73.
+const LONG_K_WARPS_PER_BLOCK: usize = 8;
+
+/// The dense GEMV's kernel for one shape: its entry point (a suffix of the kernel's name), the W
+/// loads each lane batches, and the warps of a block.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct DenseGemv {
+    pub entry: &'static str,
+    pub loads_per_lane: usize,
+    pub warps_per_block: usize,
+}
 
 /// CUDA arm: for up to 8 rows, warps stream each W row once with batches of 16-byte loads and
 /// keep one f32 sum per X row (src/kernels/cuda/gemv.cuh, instantiated in linear.cu); otherwise
@@ -77,9 +91,10 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     if !vector_aligned(&rows) || !vector_aligned(&w_rows) {
         return composed(x, w);
     }
-    let (entry, loads_per_lane) = dense_gemv_entry(m, n);
+    let (vectors, lanes) = (k / per_vector, warp_lanes(x.device()));
+    let gemv = dense_gemv(m, n, vectors, lanes);
     let (grid, warps_per_col) =
-        gemv_geometry(n, k / per_vector, warp_lanes(x.device()), loads_per_lane);
+        gemv_geometry(n, vectors, lanes, gemv.loads_per_lane, gemv.warps_per_block);
     let out = empty((m, n), x.dtype(), x.device())?;
     let args = [
         Arg::Tensor(&rows),
@@ -91,7 +106,7 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         Arg::I32(warps_per_col as i32),
     ];
     launch(
-        &kernel_name(&format!("linear{entry}"), x.dtype())?,
+        &kernel_name(&format!("linear{}", gemv.entry), x.dtype())?,
         x.device(),
         grid,
         &args,
@@ -99,50 +114,62 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     out.reshape(out_shape)
 }
 
-/// The dense GEMV entry point for `m` rows of a weight with `n` rows (a suffix of the kernel's
-/// name), and its loads per lane. One row (every decode step) has its own entry points: fewer
-/// registers, more warps in flight.
-pub(super) fn dense_gemv_entry(m: usize, n: usize) -> (&'static str, usize) {
-    match m {
+/// The dense GEMV for `m` rows of a weight of `n` rows of `vectors` 16-byte vectors, on
+/// `lanes`-wide warps. One row (every decode step) has its own entry points: fewer registers,
+/// more warps in flight.
+pub(super) fn dense_gemv(m: usize, n: usize, vectors: usize, lanes: usize) -> DenseGemv {
+    let (entry, loads_per_lane) = match m {
         1 if n <= NARROW_MAX_COLUMNS => ("_one_row_narrow", NARROW_LOADS_PER_LANE),
         1 => ("_one_row", LOADS_PER_LANE),
         _ => ("", LOADS_PER_LANE),
+    };
+    let long_k = vectors >= LONG_K_WARPS_PER_BLOCK * lanes * loads_per_lane;
+    let warps_per_block = match entry {
+        "_one_row_narrow" if long_k => LONG_K_WARPS_PER_BLOCK,
+        _ => WARPS_PER_BLOCK,
+    };
+    DenseGemv {
+        entry,
+        loads_per_lane,
+        warps_per_block,
     }
 }
 
 /// The GEMV's launch for `n` columns of `vectors` 16-byte vectors on `lanes`-wide warps whose
-/// lanes issue `loads_per_lane` W loads at a time, and the warps that share a column. Each
-/// column's K is split over enough warps that every lane issues all its W loads in one batch
-/// (one memory round trip), and narrow projections over more, so
-/// that at least `MIN_WARPS` warps stream W. A block holds `WARPS_PER_BLOCK` warps, so
-/// `WARPS_PER_BLOCK / warps_per_col` columns, whatever the warp width.
+/// lanes issue `loads_per_lane` W loads at a time, in blocks of `warps_per_block` warps, and the
+/// warps that share a column. Each column's K is split over enough warps that every lane issues
+/// all its W loads in one batch (one memory round trip), and narrow projections over more, so
+/// that at least `MIN_WARPS` warps stream W. A block holds `warps_per_block / warps_per_col`
+/// columns, whatever the warp width.
 pub(super) fn gemv_geometry(
     n: usize,
     vectors: usize,
     lanes: usize,
     loads_per_lane: usize,
+    warps_per_block: usize,
 ) -> (Grid, usize) {
-    let warps_per_col = gemv_warps_per_col(n, vectors, lanes, loads_per_lane);
-    let blocks = n.div_ceil(WARPS_PER_BLOCK / warps_per_col);
+    let warps_per_col = gemv_warps_per_col(n, vectors, lanes, loads_per_lane, warps_per_block);
+    let blocks = n.div_ceil(warps_per_block / warps_per_col);
     (
-        Grid::of_warps(blocks, WARPS_PER_BLOCK, lanes),
+        Grid::of_warps(blocks, warps_per_block, lanes),
         warps_per_col,
     )
 }
 
 /// The warps that share each of `n` columns in `gemv_geometry`'s launch (a power of two, at most
-/// `WARPS_PER_BLOCK`); the order of a column's sums depends on it alone.
+/// `warps_per_block`); the order of a column's sums depends on it alone.
 pub(super) fn gemv_warps_per_col(
     n: usize,
     vectors: usize,
     lanes: usize,
     loads_per_lane: usize,
+    warps_per_block: usize,
 ) -> usize {
     let one_batch = vectors.div_ceil(lanes * loads_per_lane);
     one_batch
         .max(MIN_WARPS.div_ceil(n))
         .next_power_of_two()
-        .clamp(1, WARPS_PER_BLOCK)
+        .clamp(1, warps_per_block)
 }
 
 /// CPU arm: for up to 8 f32 rows, a SIMD GEMV over threads (`native/cpu.rs`); otherwise
@@ -198,6 +225,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M1 N2816 K4096",
     },
     ShapePath {
+        shapes: "one row (decode), up to 5,376 columns, K needing 8 warps or more for one batch \
+                 per lane (K ≥ 8,192 in bf16, 4,096 in f32, on 32-lane warps)",
+        path: "native GEMV, narrow, in 8-warp blocks",
+        case: "M1 N2560 K10240",
+    },
+    ShapePath {
         shapes: "one row (decode), more than 5,376 columns, K a whole number of 16-byte vectors",
         path: "native GEMV, one-row entry point",
         case: "M1 N8192 K4096",
@@ -221,7 +254,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, a wide
-    // decode GEMV with 5 rows, a narrow one-row projection of 26B-A4B's size (its o), and last
+    // decode GEMV with 5 rows, narrow one-row projections of 26B-A4B's o and E4B's down, and last
     // (the one `--perf` times) a decode GEMV of a model's size whose W (64 MiB in bf16) is
     // larger than the L2 cache, so its time is HBM's.
     let shapes = [
@@ -232,6 +265,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (24, 48, 96),
         (5, 9000, 200),
         (1, 2816, 4096),
+        (1, 2560, 10240),
         (1, 8192, 4096),
     ];
     matmul_cases(device, dtype, rng, &shapes)
@@ -276,21 +310,43 @@ mod tests {
                 (1, 8),
                 (37, 8),
                 (2560, 320),
+                (2560, 1280),
                 (20480, 320),
                 (262144, 320),
                 (128, 2688),
             ] {
-                for loads in [LOADS_PER_LANE, NARROW_LOADS_PER_LANE] {
-                    let (grid, warps_per_col) = gemv_geometry(n, vectors, lanes, loads);
+                for m in [1, 2] {
+                    let gemv = dense_gemv(m, n, vectors, lanes);
+                    let (grid, warps_per_col) =
+                        gemv_geometry(n, vectors, lanes, gemv.loads_per_lane, gemv.warps_per_block);
                     let columns_per_block = grid.warps(lanes) / warps_per_col;
-                    assert!(columns_per_block >= 1, "n {n} lanes {lanes} loads {loads}");
+                    assert!(columns_per_block >= 1, "n {n} lanes {lanes} {gemv:?}");
                     assert!(
                         grid.blocks as usize * columns_per_block >= n,
-                        "n {n} lanes {lanes} loads {loads}"
+                        "n {n} lanes {lanes} {gemv:?}"
                     );
                     assert!(grid.threads <= 1024 && grid.warps(lanes) <= 32);
                 }
             }
+        }
+    }
+
+    /// The 8-warp blocks go to the measured shapes (31B's o and down, E4B's down in bf16 on
+    /// 32-lane warps) and to no wide or multi-row projection.
+    #[test]
+    fn only_long_narrow_single_rows_take_eight_warp_blocks() {
+        let bf16_vectors = |k: usize| k / 8;
+        for (n, k) in [(5376, 8192), (5376, 21504), (2560, 10240)] {
+            let gemv = dense_gemv(1, n, bf16_vectors(k), 32);
+            assert_eq!(gemv.warps_per_block, LONG_K_WARPS_PER_BLOCK, "{n} × {k}");
+            assert_eq!(
+                dense_gemv(2, n, bf16_vectors(k), 32).warps_per_block,
+                WARPS_PER_BLOCK
+            );
+        }
+        for (n, k) in [(2560, 2048), (2816, 4096), (43008, 5376), (262144, 5376)] {
+            let gemv = dense_gemv(1, n, bf16_vectors(k), 32);
+            assert_eq!(gemv.warps_per_block, WARPS_PER_BLOCK, "{n} × {k}");
         }
     }
 }

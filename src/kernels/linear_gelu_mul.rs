@@ -128,14 +128,21 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Up::Packed => None,
         Up::Given(up) => Some(up.contiguous()?),
     };
-    let (kernel, (entry, loads_per_lane)) = match scale {
-        None => ("linear_gelu_mul", linear::dense_gemv_entry(m, n)),
-        Some(_) if m == 1 => ("fp8_gelu_mul", ("_one_row", linear::LOADS_PER_LANE)),
-        Some(_) => ("fp8_gelu_mul", ("", linear::LOADS_PER_LANE)),
+    let (vectors, lanes) = (k / per_vector, warp_lanes(x.device()));
+    let (kernel, gemv) = match scale {
+        None => ("linear_gelu_mul", linear::dense_gemv(m, n, vectors, lanes)),
+        Some(_) => (
+            "fp8_gelu_mul",
+            linear::DenseGemv {
+                entry: if m == 1 { "_one_row" } else { "" },
+                loads_per_lane: linear::LOADS_PER_LANE,
+                warps_per_block: linear::WARPS_PER_BLOCK,
+            },
+        ),
     };
-    let lanes = warp_lanes(x.device());
-    let warps_per_col = linear::gemv_warps_per_col(n, k / per_vector, lanes, loads_per_lane);
-    let grid = geometry(d, warps_per_col, up.is_none(), lanes);
+    let warps_per_col =
+        linear::gemv_warps_per_col(n, vectors, lanes, gemv.loads_per_lane, gemv.warps_per_block);
+    let grid = geometry(d, warps_per_col, gemv.warps_per_block, up.is_none(), lanes);
     let out = empty((m, d), x.dtype(), x.device())?;
     let scale = scale
         .map(|s| s.to_dtype(DType::F32)?.contiguous())
@@ -153,7 +160,7 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Arg::I32(warps_per_col as i32),
     ]);
     launch(
-        &kernel_name(&format!("{kernel}{entry}"), x.dtype())?,
+        &kernel_name(&format!("{kernel}{}", gemv.entry), x.dtype())?,
         x.device(),
         grid,
         &args,
@@ -163,10 +170,17 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
 }
 
 /// The launch for `d` outputs, each of one weight row (or two, `packed`: gate and up) reduced by
-/// `warps_per_col` warps: blocks of `linear`'s width, or wider where one output's warps need it.
-fn geometry(d: usize, warps_per_col: usize, packed: bool, lanes: usize) -> Grid {
+/// `warps_per_col` warps: blocks of `linear`'s width for the shape, or wider where one output's
+/// warps need it.
+fn geometry(
+    d: usize,
+    warps_per_col: usize,
+    warps_per_block: usize,
+    packed: bool,
+    lanes: usize,
+) -> Grid {
     let warps_per_out = warps_per_col * if packed { 2 } else { 1 };
-    let warps = linear::WARPS_PER_BLOCK.max(warps_per_out);
+    let warps = warps_per_block.max(warps_per_out);
     Grid::of_warps(d.div_ceil(warps / warps_per_out), warps, lanes)
 }
 
@@ -345,12 +359,26 @@ mod tests {
     #[test]
     fn the_fused_grid_covers_every_output_on_any_warp_width() {
         for lanes in WARP_WIDTHS {
-            for (d, vectors) in [(1, 8), (5, 8), (256, 320), (2112, 352), (10240, 320)] {
+            for (d, vectors) in [
+                (1, 8),
+                (5, 8),
+                (256, 320),
+                (2112, 352),
+                (10240, 320),
+                (1280, 2688),
+            ] {
                 for packed in [false, true] {
                     let n = if packed { 2 * d } else { d };
-                    for loads in [linear::LOADS_PER_LANE, 4] {
-                        let warps_per_col = linear::gemv_warps_per_col(n, vectors, lanes, loads);
-                        let grid = geometry(d, warps_per_col, packed, lanes);
+                    for m in [1, 2] {
+                        let gemv = linear::dense_gemv(m, n, vectors, lanes);
+                        let warps_per_col = linear::gemv_warps_per_col(
+                            n,
+                            vectors,
+                            lanes,
+                            gemv.loads_per_lane,
+                            gemv.warps_per_block,
+                        );
+                        let grid = geometry(d, warps_per_col, gemv.warps_per_block, packed, lanes);
                         let per_out = warps_per_col * if packed { 2 } else { 1 };
                         let outs_per_block = grid.warps(lanes) / per_out;
                         assert!(outs_per_block >= 1, "d {d} lanes {lanes} packed {packed}");

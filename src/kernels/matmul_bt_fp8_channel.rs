@@ -64,6 +64,7 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         k / WEIGHTS_PER_VECTOR,
         warp_lanes(x.device()),
         linear::LOADS_PER_LANE,
+        linear::WARPS_PER_BLOCK,
     );
     // One row (every decode step) has its own entry point: fewer registers, more warps in flight.
     let kernel = if m == 1 {
