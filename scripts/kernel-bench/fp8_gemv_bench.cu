@@ -20,6 +20,11 @@ __global__ void fp8_gemv_tensor_cores(const bf* x, const uint8_t* w, const float
     g4_gemv_fp8_mma<1, BATCH>(x, w, scale, y, 1, n, k);
 }
 
+template <int BATCH>
+__global__ void fp8_gemv_mma16(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k, int parts) {
+    g4_gemv_fp8_mma16<1, BATCH>(x, w, scale, y, 1, n, k, parts);
+}
+
 // Every byte an e4m3 value other than NaN, from a hash of its index.
 __global__ void fill_e4m3(uint8_t* w, size_t count) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
@@ -58,6 +63,9 @@ int main() {
         memcpy(&bits, &v, 4);
         x_host[i] = (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
     }
+    // One value past f16's range (99,840), met by 31B down's K only: the f16 candidate's
+    // CUDA-core fallback for that chunk.
+    x_host[12345] = 0x47c3;
     bf* x = bench.alloc<bf>(max_k);
     CHECK(cudaMemcpy(x, x_host.data(), max_k * 2, cudaMemcpyHostToDevice));
     std::vector<float> scale_host(65536);
@@ -114,6 +122,27 @@ int main() {
                                 }});
         };
         for (int warps : {8, 16}) add_mma(warps);
+        // The f16 candidate: 16-row groups, K split so that one batch covers a warp's chunks and
+        // at least 2,048 warps stream W (gemv_geometry's rule over groups and chunks).
+        auto add_mma16 = [&](int batch, int warps_per_block) {
+            if (sh.k % G4_FP8_MMA16_CHUNK != 0) return;
+            const int groups = (sh.n + 15) / 16, chunks = sh.k / G4_FP8_MMA16_CHUNK;
+            int want = std::max((chunks + batch - 1) / batch, (2048 + groups - 1) / groups), parts = 1;
+            while (parts < want) parts <<= 1;
+            parts = std::min(parts, warps_per_block);
+            const int per_block = warps_per_block / parts, blocks = (groups + per_block - 1) / per_block;
+            variants.push_back({"mma16_b" + std::to_string(batch) + "_w" + std::to_string(warps_per_block),
+                                [=, &bench](const uint8_t* w) {
+                                    if (batch == 2)
+                                        fp8_gemv_mma16<2><<<blocks, warps_per_block * 32, 0, bench.stream>>>(
+                                            x, w, scale, y, sh.n, sh.k, parts);
+                                    else
+                                        fp8_gemv_mma16<4><<<blocks, warps_per_block * 32, 0, bench.stream>>>(
+                                            x, w, scale, y, sh.n, sh.k, parts);
+                                }});
+        };
+        for (int batch : {2, 4})
+            for (int warps : {8, 16}) add_mma16(batch, warps);
         for (const auto& variant : variants) {
             const std::string& name = variant.first;
             const auto& launch = variant.second;

@@ -20,6 +20,7 @@
 // the mma is a row of X.
 #pragma once
 #include "../../src/kernels/cuda/g4_compat.cuh"
+#include "../../src/kernels/cuda/mma.cuh"
 
 #if !defined(__HIPCC__)
 #define G4_FP8_MMA_ROWS 16
@@ -182,6 +183,143 @@ __device__ void g4_gemv_fp8_mma(const g4_bf16* x, const uint8_t* w, const float*
         if (col >= n) continue;
         const float total = g4_fp8_mma_total<MAX_ROWS>(sums, 0, warps, row, x_row);
         y[(size_t)x_row * n + col] = g4_from_f32<g4_bf16>(total * scale[col] * x_scale[x_row]);
+    }
+}
+
+
+// A second tensor-core candidate (stop 42), without the block-wide prologue: mma.sync m16n8k16
+// on f16. Each e4m3 pair becomes an f16 pair in one instruction (exactly), and each lane converts
+// only the X values its own fragment needs, per chunk, in registers: bf16 → f16 is exact for
+// |x| in [2^-17, 2^16) (below, f16's subnormals round it by at most 2^-25; from 2^16 up f16
+// overflows, so a warp whose chunk holds such an x sums that chunk on the CUDA cores instead).
+// The lane layout is the first candidate's: lane (g, t) reads 16 bytes of rows g and g + 8 at
+// byte 16t of a 64-byte chunk; word s of those 16 bytes is mma s of the chunk's 4, whose A pairs
+// are its bytes (0, 1) and (2, 3), and whose B pairs are X's values at the same K.
+#define G4_FP8_MMA16_CHUNK 64
+
+__device__ __forceinline__ uint32_t g4_e4m3x2_to_f16x2(uint32_t pair) {
+    uint32_t halves = 0;
+#if defined(G4_E4M3_TENSOR_CORES)
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(halves) : "r"(pair));
+#else
+    __trap();
+#endif
+    return halves;
+}
+
+// Two bf16 (low half first) as two f16; `overflow` set when either is 2^16 or more in magnitude.
+__device__ __forceinline__ uint32_t g4_bf16x2_to_f16x2(uint32_t bits, bool& overflow) {
+    overflow |= (bits & 0x7fffu) >= 0x4780u || (bits & 0x7fff0000u) >= 0x47800000u;
+    const __half2 h = __floats2half2_rn(__uint_as_float(bits << 16), __uint_as_float(bits & 0xffff0000u));
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Y = X·(W × scale)ᵀ for bf16 X [m, k], e4m3 W [n, k] (k a multiple of 64): each warp takes 16
+// rows of W and the chunks part, part + parts, … of K (BATCH chunks loaded before use); a block
+// holds blockDim / 32 / parts such row groups.
+template <int MAX_ROWS, int BATCH>
+__device__ void g4_gemv_fp8_mma16(const g4_bf16* x, const uint8_t* w, const float* scale, g4_bf16* y, int m,
+                                  int n, int k, int parts) {
+    __shared__ float sums[32][16][MAX_ROWS];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int groups_per_block = blockDim.x / 32 / parts;
+    const int first_row = (blockIdx.x * groups_per_block + warp / parts) * 16, part = warp % parts;
+    const int chunks = k / G4_FP8_MMA16_CHUNK;
+    const bool has_low = first_row + g < n, has_high = first_row + g + 8 < n;
+    const uint4* w_low = reinterpret_cast<const uint4*>(w + (size_t)(first_row + g) * k) + t;
+    const uint4* w_high = reinterpret_cast<const uint4*>(w + (size_t)(first_row + g + 8) * k) + t;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    // One accumulator per mma of a chunk: four independent chains.
+    float d[4][4] = {};
+    // CUDA-core sums of chunks whose X overflows f16: rows g, g + 8 for each X row.
+    float spill[2][MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) spill[0][r] = spill[1][r] = 0.0f;
+    bool waited = false;
+    for (int start = part; start < chunks; start += parts * BATCH) {
+        uint4 low[BATCH], high[BATCH], x0[BATCH], x1[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            const int c = start + u * parts;
+            low[u] = c < chunks && has_low ? w_low[c * (G4_FP8_MMA16_CHUNK / 16)] : zero;
+            high[u] = c < chunks && has_high ? w_high[c * (G4_FP8_MMA16_CHUNK / 16)] : zero;
+        }
+        if (!waited) {
+            G4_WAIT_FOR_INPUTS();
+            waited = true;
+        }
+        // X for the whole batch, in flight together (lanes of X rows past m hold zeros).
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            const int c = start + u * parts;
+            const bool valid = c < chunks && g < m;
+            const uint4* xv = reinterpret_cast<const uint4*>(x + (size_t)g * k + (size_t)c * G4_FP8_MMA16_CHUNK + 16 * t);
+            x0[u] = valid ? xv[0] : zero;
+            x1[u] = valid ? xv[1] : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            const int c = start + u * parts;
+            if (c >= chunks) break;
+            const size_t at = (size_t)c * G4_FP8_MMA16_CHUNK + 16 * t;
+            uint32_t b[8];
+            bool overflow = false;
+            const uint32_t words[8] = {x0[u].x, x0[u].y, x0[u].z, x0[u].w, x1[u].x, x1[u].y, x1[u].z, x1[u].w};
+#pragma unroll
+            for (int j = 0; j < 8; ++j) b[j] = g4_bf16x2_to_f16x2(words[j], overflow);
+            const uint32_t wl[4] = {low[u].x, low[u].y, low[u].z, low[u].w};
+            const uint32_t wh[4] = {high[u].x, high[u].y, high[u].z, high[u].w};
+            if (__any_sync(0xffffffffu, overflow)) {
+#pragma unroll
+                for (int r = 0; r < MAX_ROWS; ++r) {
+                    if (r >= m) break;
+                    const g4_bf16* xr = x + (size_t)r * k + at;
+                    for (int e = 0; e < 16; ++e) {
+                        const float xe = g4_to_f32(xr[e]);
+                        const uint32_t lw = (wl[e / 4] >> (8 * (e % 4))) & 0xffu, hw = (wh[e / 4] >> (8 * (e % 4))) & 0xffu;
+                        const uint32_t lh = g4_e4m3x2_to_f16x2(lw), hh = g4_e4m3x2_to_f16x2(hw);
+                        spill[0][r] += xe * __half2float(__ushort_as_half((unsigned short)(lh & 0xffffu)));
+                        spill[1][r] += xe * __half2float(__ushort_as_half((unsigned short)(hh & 0xffffu)));
+                    }
+                }
+                continue;
+            }
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                const unsigned a[4] = {g4_e4m3x2_to_f16x2(wl[s] & 0xffffu), g4_e4m3x2_to_f16x2(wh[s] & 0xffffu),
+                                       g4_e4m3x2_to_f16x2(wl[s] >> 16), g4_e4m3x2_to_f16x2(wh[s] >> 16)};
+                g4_mma_16816<g4_f16>(d[s], a, b[2 * s], b[2 * s + 1]);
+            }
+        }
+    }
+    if (!waited) G4_WAIT_FOR_INPUTS();
+    // The spilled sums of the group's 4 lanes, then lane (g, t) holds rows g, g + 8 for X rows
+    // 2t and 2t + 1.
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            spill[h][r] += __shfl_xor_sync(0xffffffffu, spill[h][r], 1);
+            spill[h][r] += __shfl_xor_sync(0xffffffffu, spill[h][r], 2);
+        }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int row = g + (i / 2) * 8, x_row = 2 * t + i % 2;
+        float extra = 0.0f;
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r)
+            if (r == x_row) extra = spill[i / 2][r];
+        if (x_row < MAX_ROWS) sums[warp][row][x_row] = (d[0][i] + d[1][i]) + (d[2][i] + d[3][i]) + extra;
+    }
+    __syncthreads();
+    if (part != 0) return;
+    for (int i = lane; i < 16 * m; i += 32) {
+        const int row = i / m, x_row = i % m, col = first_row + row;
+        if (col >= n) continue;
+        float total = 0.0f;
+        for (int p = 0; p < parts; ++p) total += sums[warp + p][row][x_row];
+        y[(size_t)x_row * n + col] = g4_from_f32<g4_bf16>(total * scale[col]);
     }
 }
 

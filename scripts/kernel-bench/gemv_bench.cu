@@ -173,9 +173,11 @@ int main() {
             variants.push_back({name, launch});
         };
         // g4's choice (linear.rs): the narrow kernel up to 5,376 columns, in 8-warp blocks where
-        // one batch per lane needs 8 warps or more.
-        const bool narrow = sh.n <= 5376;
-        add_gemv("g4", narrow ? 4 : 8, narrow && sh.k / 8 >= 8 * 32 * 4 ? 8 : 4);
+        // one batch per lane needs 8 warps or more, then at a batch of 6 where a lane's share is
+        // 5 or 6 vectors.
+        const bool narrow = sh.n <= 5376, long_k = narrow && sh.k / 8 >= 8 * 32 * 4;
+        const int share = (sh.k / 8 + 255) / 256;
+        add_gemv("g4", !narrow ? 8 : long_k && share >= 5 && share <= 6 ? 6 : 4, long_k ? 8 : 4);
         add_gemv("batch4_4warps", 4, 4);
         variants.push_back({"read", [&, bytes](const bf* w) { bench.read(w, bytes); }});
         add_gemv("batch8", 8, 4);

@@ -61,9 +61,13 @@ const NARROW_MAX_COLUMNS: usize = 5376;
 const NARROW_LOADS_PER_LANE: usize = 4;
 /// Narrow single-row projections whose K needs 8 or more warps for one batch per lane (K ≥ 8,192
 /// in bf16 on 32-lane warps: 31B's o and down, E4B's down) take blocks of 8 warps, all on one
-/// column, where 4-warp blocks had each lane loop over 2–3 batches. H200, bf16, `gemv_bench`
-/// (stop 41): 31B o 25.05 → 23.56 µs, 31B down 61.26 → 57.53, E4B down 17.44 → 17.73.
+/// column, where 4-warp blocks had each lane loop over 2–3 batches. Where a lane's share is then
+/// 5 or 6 vectors, a batch of 6 (`G4_GEMV_LONG_BATCH`) loads it at once. H200, bf16,
+/// `gemv_bench` (stop 42, µs, 4-warp blocks → 8): 31B o 25.03 → 23.56, 31B down 61.11 → 57.49
+/// (both at a batch of 4; 6 gave 24.82 and 57.95), E4B down 17.40 → 16.27 (a batch of 6; 4 gave
+/// 17.77).
 const LONG_K_WARPS_PER_BLOCK: usize = 8;
+const LONG_K_LOADS_PER_LANE: usize = 6;
 
 /// The dense GEMV's kernel for one shape: its entry point (a suffix of the kernel's name), the W
 /// loads each lane batches, and the warps of a block.
@@ -118,20 +122,31 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
 /// `lanes`-wide warps. One row (every decode step) has its own entry points: fewer registers,
 /// more warps in flight.
 pub(super) fn dense_gemv(m: usize, n: usize, vectors: usize, lanes: usize) -> DenseGemv {
-    let (entry, loads_per_lane) = match m {
-        1 if n <= NARROW_MAX_COLUMNS => ("_one_row_narrow", NARROW_LOADS_PER_LANE),
-        1 => ("_one_row", LOADS_PER_LANE),
-        _ => ("", LOADS_PER_LANE),
-    };
-    let long_k = vectors >= LONG_K_WARPS_PER_BLOCK * lanes * loads_per_lane;
-    let warps_per_block = match entry {
-        "_one_row_narrow" if long_k => LONG_K_WARPS_PER_BLOCK,
-        _ => WARPS_PER_BLOCK,
-    };
-    DenseGemv {
+    let gemv = |entry, loads_per_lane, warps_per_block| DenseGemv {
         entry,
         loads_per_lane,
         warps_per_block,
+    };
+    match m {
+        1 if n <= NARROW_MAX_COLUMNS => {
+            let long_k = vectors >= LONG_K_WARPS_PER_BLOCK * lanes * NARROW_LOADS_PER_LANE;
+            let share = vectors.div_ceil(LONG_K_WARPS_PER_BLOCK * lanes);
+            match (long_k, share) {
+                (false, _) => gemv("_one_row_narrow", NARROW_LOADS_PER_LANE, WARPS_PER_BLOCK),
+                (true, 5..=LONG_K_LOADS_PER_LANE) => gemv(
+                    "_one_row_long",
+                    LONG_K_LOADS_PER_LANE,
+                    LONG_K_WARPS_PER_BLOCK,
+                ),
+                (true, _) => gemv(
+                    "_one_row_narrow",
+                    NARROW_LOADS_PER_LANE,
+                    LONG_K_WARPS_PER_BLOCK,
+                ),
+            }
+        }
+        1 => gemv("_one_row", LOADS_PER_LANE, WARPS_PER_BLOCK),
+        _ => gemv("", LOADS_PER_LANE, WARPS_PER_BLOCK),
     }
 }
 
@@ -227,7 +242,8 @@ const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "one row (decode), up to 5,376 columns, K needing 8 warps or more for one batch \
                  per lane (K ≥ 8,192 in bf16, 4,096 in f32, on 32-lane warps)",
-        path: "native GEMV, narrow, in 8-warp blocks",
+        path: "native GEMV, narrow, in 8-warp blocks (a batch of 6 where a lane's share is 5 or 6 \
+               vectors)",
         case: "M1 N2560 K10240",
     },
     ShapePath {
@@ -332,13 +348,14 @@ mod tests {
     }
 
     /// The 8-warp blocks go to the measured shapes (31B's o and down, E4B's down in bf16 on
-    /// 32-lane warps) and to no wide or multi-row projection.
+    /// 32-lane warps; E4B's at a batch of 6) and to no wide or multi-row projection.
     #[test]
     fn only_long_narrow_single_rows_take_eight_warp_blocks() {
         let bf16_vectors = |k: usize| k / 8;
-        for (n, k) in [(5376, 8192), (5376, 21504), (2560, 10240)] {
+        for (n, k, loads) in [(5376, 8192, 4), (5376, 21504, 4), (2560, 10240, 6)] {
             let gemv = dense_gemv(1, n, bf16_vectors(k), 32);
             assert_eq!(gemv.warps_per_block, LONG_K_WARPS_PER_BLOCK, "{n} × {k}");
+            assert_eq!(gemv.loads_per_lane, loads, "{n} × {k}");
             assert_eq!(
                 dense_gemv(2, n, bf16_vectors(k), 32).warps_per_block,
                 WARPS_PER_BLOCK

@@ -47,6 +47,10 @@ __device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
 // Narrow projections (a few thousand columns) run faster with half the batch and so more warps
 // per column (H200, bf16, one row, 26B-A4B's o projection 2816 × 4096: 8.7 µs against 10.3).
 #define G4_GEMV_NARROW_BATCH 4
+// Narrow projections over a long K run in 8-warp blocks (linear.rs); where a lane's share of K is
+// 5 or 6 vectors there, one batch of 6 loads it in one round trip (E4B's down, 2560 × 10240:
+// 16.3 µs against 17.8 at a batch of 4).
+#define G4_GEMV_LONG_BATCH 6
 #define G4_GEMV_MAX_WARPS 32
 
 // Y[m, n] = row_scale(n) · Σ_k X[m, k]·W[n, k] for a few rows of X (decode), bound by reading W

@@ -4,7 +4,8 @@
 #include "gemv.cuh"
 
 // Per weight format: one entry point for up to G4_GEMV_MAX_ROWS rows and one for decode's single
-// row; dense weights also have the narrow single-row one (`linear`'s, for the same shapes).
+// row; dense weights also have `linear`'s narrow single-row ones (short and long K), for the same
+// shapes.
 // Dense single-row blocks hold an output's gate and up warps (8 warps at E4B's and 31B's widths),
 // and at a batch of 8 loads (56 registers) only 4 such blocks fit a multiprocessor: 32 warps in
 // flight where linear's 4-warp blocks keep 36. A batch of 6 (48 registers, 5 blocks) is all a
@@ -27,6 +28,11 @@
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
         gemv_gelu_mul<T, DenseWeights<T>, 1, G4_GEMV_NARROW_BATCH>(x, w, nullptr, up, y, m, d, k,                          \
                                                                    warps_per_col);                                         \
+    }                                                                                                                      \
+    extern "C" __global__ void G4_GEMV_BOUNDS g4_linear_gelu_mul_one_row_long_##NAME(                                      \
+        const T* x, const T* w, const T* up, T* y, int m, int d, int k, int warps_per_col) {                               \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
+        gemv_gelu_mul<T, DenseWeights<T>, 1, G4_GEMV_LONG_BATCH>(x, w, nullptr, up, y, m, d, k, warps_per_col);            \
     }                                                                                                                      \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_##NAME(const T* x, const uint8_t* w, const float* scale,     \
                                                                      const T* up, T* y, int m, int d, int k,               \
