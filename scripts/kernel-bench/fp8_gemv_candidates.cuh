@@ -58,14 +58,20 @@ __device__ __forceinline__ uint16_t g4_f32x2_to_e4m3x2(float first, float second
     return out;
 }
 
-// Two e4m3 (low byte first) back to f32, exactly.
-__device__ __forceinline__ float2 g4_e4m3x2_to_f32x2(uint16_t bits) {
+// Two e4m3 (the low two bytes of `pair`, low byte first) as two f16, exactly.
+__device__ __forceinline__ uint32_t g4_e4m3x2_to_f16x2(uint32_t pair) {
     uint32_t halves = 0;
 #if defined(G4_E4M3_TENSOR_CORES)
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(bits));
+    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(halves) : "r"(pair));
 #else
     __trap();
 #endif
+    return halves;
+}
+
+// Two e4m3 (low byte first) back to f32, exactly.
+__device__ __forceinline__ float2 g4_e4m3x2_to_f32x2(uint16_t bits) {
+    const uint32_t halves = g4_e4m3x2_to_f16x2(bits);
     return __half22float2(*reinterpret_cast<const __half2*>(&halves));
 }
 
@@ -196,16 +202,6 @@ __device__ void g4_gemv_fp8_mma(const g4_bf16* x, const uint8_t* w, const float*
 // byte 16t of a 64-byte chunk; word s of those 16 bytes is mma s of the chunk's 4, whose A pairs
 // are its bytes (0, 1) and (2, 3), and whose B pairs are X's values at the same K.
 #define G4_FP8_MMA16_CHUNK 64
-
-__device__ __forceinline__ uint32_t g4_e4m3x2_to_f16x2(uint32_t pair) {
-    uint32_t halves = 0;
-#if defined(G4_E4M3_TENSOR_CORES)
-    asm("{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\t}" : "=r"(halves) : "r"(pair));
-#else
-    __trap();
-#endif
-    return halves;
-}
 
 // Two bf16 (low half first) as two f16; `overflow` set when either is 2^16 or more in magnitude.
 __device__ __forceinline__ uint32_t g4_bf16x2_to_f16x2(uint32_t bits, bool& overflow) {
