@@ -163,10 +163,10 @@ int main() {
         auto run = [&](int i) {
             if (d <= 256)
                 g4_qkv_norm_rope_bf16<<<(rows + warps - 1) / warps, G4_QKV_BLOCK_THREADS, 0, b.stream>>>(
-                    qkv[i % sets], q_norm, k_norm, cos_t, sin_t, q, k, v, nullptr, 0, seq, hq, hkv, d, kv_code, 1e-6f);
+                    qkv[i % sets], q_norm, k_norm, cos_t, sin_t, q, k, v, nullptr, 0, 0, seq, hq, hkv, d, kv_code, 1e-6f);
             else
                 g4_qkv_norm_rope_wide_bf16<<<(rows + warps - 1) / warps, G4_QKV_BLOCK_THREADS, 0, b.stream>>>(
-                    qkv[i % sets], q_norm, k_norm, cos_t, sin_t, q, k, v, nullptr, 0, seq, hq, hkv, d, kv_code, 1e-6f);
+                    qkv[i % sets], q_norm, k_norm, cos_t, sin_t, q, k, v, nullptr, 0, 0, seq, hq, hkv, d, kv_code, 1e-6f);
         };
         char shape[64];
         snprintf(shape, sizeof shape, "%d tokens, %d+%d heads of %d", seq, hq, hkv, d);

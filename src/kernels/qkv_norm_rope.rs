@@ -79,14 +79,23 @@ impl QkvLayout {
 /// [`KvSlot`], the whole cache buffers they were written into).
 pub type AttentionInputs = (Tensor, Option<(Tensor, Tensor)>);
 
-/// Where one decode token's k and v go instead of new tensors: the layer's cache buffers
-/// `[1, kv_heads, rows, D]` and the row, held on the device (u32 `[1]`), so that a captured step
-/// writes wherever the replayed position says.
+/// Where a call's k and v go instead of new tensors: the layer's cache buffers
+/// `[1, kv_heads, rows, D]`, from a row held on the device or known on the host.
 #[derive(Clone, Copy)]
 pub struct KvSlot<'a> {
     pub k: &'a Tensor,
     pub v: &'a Tensor,
-    pub slot: &'a Tensor,
+    pub row: CacheRow<'a>,
+}
+
+/// The first cache row a call writes.
+#[derive(Clone, Copy)]
+pub enum CacheRow<'a> {
+    /// One decode token's row, held on the device (u32 `[1]`), so that a captured step writes
+    /// wherever the replayed position says.
+    Device(&'a Tensor),
+    /// A prefill chunk's first row: its S tokens go to rows `first .. first + S`.
+    Host(usize),
 }
 
 impl KvSlot<'_> {
@@ -97,38 +106,53 @@ impl KvSlot<'_> {
                 && t.is_contiguous()
                 && matches!(t.dims(), &[1, h, _, dd] if h == hkv && dd == d)
         };
-        if seq != 1
+        let rows = self.k.dims().get(2).copied().unwrap_or(0);
+        let row_fits = match self.row {
+            CacheRow::Device(slot) => {
+                seq == 1 && slot.dtype() == DType::U32 && slot.elem_count() == 1
+            }
+            CacheRow::Host(first) => first + seq <= rows,
+        };
+        if !row_fits
             || layout.kv == KvPart::None
             || !fits(self.k)
             || !fits(self.v)
             || self.k.dims() != self.v.dims()
-            || self.slot.dtype() != DType::U32
-            || self.slot.elem_count() != 1
         {
             candle_core::bail!(
-                "qkv_norm_rope: a cache slot takes one token's own k and v (got {seq} tokens, \
-                 {layout:?}, caches {:?} / {:?} {:?}, slot {:?} {:?})",
+                "qkv_norm_rope: a cache destination takes own k and v for one token at a \
+                 device-held row or for a chunk within the cache (got {seq} tokens, {layout:?}, \
+                 caches {:?} / {:?} {:?}, {})",
                 self.k.shape(),
                 self.v.shape(),
                 self.k.dtype(),
-                self.slot.shape(),
-                self.slot.dtype()
+                match self.row {
+                    CacheRow::Device(slot) => format!("slot {:?} {:?}", slot.shape(), slot.dtype()),
+                    CacheRow::Host(first) => format!("first row {first}"),
+                }
             );
         }
         Ok(())
     }
 
-    /// Writes one token's k and v `[1, kv_heads, 1, D]` at the slot (the arms without a
-    /// kernel of their own): one scatter per tensor.
+    /// Writes k and v `[1, kv_heads, S, D]` at the row (the arms without a kernel of their
+    /// own): one scatter (a device-held row) or one copy (a host-known one) per tensor.
     fn store(&self, (q, kv): AttentionInputs) -> Result<AttentionInputs> {
         let (k, v) = kv.expect("validate: the layout has k and v");
-        let index = self
-            .slot
-            .reshape((1, 1, 1, 1))?
-            .broadcast_as(k.shape())?
-            .contiguous()?;
-        self.k.scatter_set(&index, &k.contiguous()?, 2)?;
-        self.v.scatter_set(&index, &v.contiguous()?, 2)?;
+        match self.row {
+            CacheRow::Device(slot) => {
+                let index = slot
+                    .reshape((1, 1, 1, 1))?
+                    .broadcast_as(k.shape())?
+                    .contiguous()?;
+                self.k.scatter_set(&index, &k.contiguous()?, 2)?;
+                self.v.scatter_set(&index, &v.contiguous()?, 2)?;
+            }
+            CacheRow::Host(first) => {
+                self.k.slice_set(&k.contiguous()?, 2, first)?;
+                self.v.slice_set(&v.contiguous()?, 2, first)?;
+            }
+        }
         Ok((q, Some((self.k.clone(), self.v.clone()))))
     }
 }
@@ -407,6 +431,11 @@ fn native_fwd(
         )),
     };
     let cache_rows = kv_slot.map_or(0, |kv_slot| kv_slot.k.dim(2).unwrap_or(0));
+    let (device_row, first_row) = match kv_slot.map(|kv_slot| kv_slot.row) {
+        Some(CacheRow::Device(slot)) => (Some(slot), 0),
+        Some(CacheRow::Host(first)) => (None, first),
+        None => (None, 0),
+    };
     let args = [
         Arg::Tensor(&qkv),
         Arg::Tensor(&q_norm),
@@ -416,7 +445,8 @@ fn native_fwd(
         Arg::Tensor(&q),
         Arg::OptionalTensor(kv.as_ref().map(|(k, _)| k)),
         Arg::OptionalTensor(kv.as_ref().map(|(_, v)| v)),
-        Arg::OptionalTensor(kv_slot.map(|kv_slot| kv_slot.slot)),
+        Arg::OptionalTensor(device_row),
+        Arg::I32(first_row as i32),
         Arg::I32(cache_rows as i32),
         Arg::I32(seq as i32),
         Arg::I32(hq as i32),
@@ -501,7 +531,7 @@ pub const CONTRACT: OpContract = OpContract {
             },
         },
         Mutant {
-            what: "k and v written one cache row past the slot",
+            what: "k and v written one cache row past their first",
             run: |c| {
                 let f = |i| c.float(i);
                 let inputs = composed(f(0), layout_of(c)?, f(1), Some(f(2)), f(3), f(4), c.eps)?;
@@ -515,7 +545,7 @@ pub const CONTRACT: OpContract = OpContract {
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "head dim up to 512 (Gemma-4's 256 and 512)",
-        path: "native: one block per token and head",
+        path: "native: one warp per token and head",
         case: "S1 q16 kv2·KAsV D512 proportional",
     },
     ShapePath {
@@ -551,17 +581,41 @@ fn outputs((q, kv): AttentionInputs) -> Result<Vec<Tensor>> {
     })
 }
 
-/// What a composed stand-in returns: on a cache case, k and v stored `offset` rows past the slot.
+/// A cache case's first row, `offset` rows on: a decode token's (one token) is held on the device
+/// as the model's graph step holds it, a prefill chunk's (several) is known on the host.
+enum CaseRow {
+    Device(Tensor),
+    Host(usize),
+}
+
+impl CaseRow {
+    fn of(c: &Case, offset: u32) -> Result<CaseRow> {
+        Ok(match c.float(0).dim(1)? {
+            1 => CaseRow::Device((c.raw(2) + offset as f64)?),
+            _ => CaseRow::Host((c.raw(2).to_vec1::<u32>()?[0] + offset) as usize),
+        })
+    }
+
+    fn cache_row(&self) -> CacheRow<'_> {
+        match self {
+            CaseRow::Device(slot) => CacheRow::Device(slot),
+            CaseRow::Host(first) => CacheRow::Host(*first),
+        }
+    }
+}
+
+/// What a composed stand-in returns: on a cache case, k and v stored `offset` rows past the
+/// case's first row.
 fn stored(c: &Case, inputs: AttentionInputs, offset: u32) -> Result<Vec<Tensor>> {
     let Some((k, v)) = fresh_caches(c)? else {
         return outputs(inputs);
     };
-    let slot = (c.raw(2) + offset as f64)?;
+    let row = CaseRow::of(c, offset)?;
     outputs(
         KvSlot {
             k: &k,
             v: &v,
-            slot: &slot,
+            row: row.cache_row(),
         }
         .store(inputs)?,
     )
@@ -570,9 +624,9 @@ fn stored(c: &Case, inputs: AttentionInputs, offset: u32) -> Result<Vec<Tensor>>
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
     // Every kv part, head dims 12 (halves that split a 16-byte run) to 512 (proportional RoPE on the 512-wide full layers, as
-    // 26B-A4B's) and one wider, prefill and decode, and decode into a cache row (the kv part
-    // with its own v, k_eq_v on the wide head, and the composed fallback); last (the one
-    // `--perf` times) an E4B sliding layer's decode.
+    // 26B-A4B's) and one wider, prefill and decode, decode into a device-held cache row (the kv
+    // part with its own v, k_eq_v on the wide head, and the composed fallback) and prefill
+    // chunks into host-known rows; last (the one `--perf` times) an E4B sliding layer's decode.
     for (seq, q_heads, kv_heads, head_dim, kv, proportional, cache) in [
         (3, 4, 2, 16, KvPart::KAndV, false, None),
         (2, 2, 1, 12, KvPart::KAndV, false, None),
@@ -584,6 +638,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 4, 2, 256, KvPart::KAndV, false, Some((5, 9))),
         (1, 8, 1, 512, KvPart::KAsV, true, Some((0, 3))),
         (1, 2, 1, 640, KvPart::KAndV, false, Some((2, 4))),
+        (3, 4, 2, 256, KvPart::KAndV, false, Some((2, 6))),
+        (2, 8, 1, 512, KvPart::KAsV, true, Some((1, 4))),
         (1, 8, 2, 256, KvPart::KAndV, false, None),
     ] {
         let layout = QkvLayout {
@@ -602,9 +658,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
             "S{seq} q{q_heads} kv{kv_heads}·{kv:?} D{head_dim}{}",
             if proportional { " proportional" } else { "" }
         );
-        if let Some((slot, rows)) = cache {
-            expected = into_cache(&mut c, expected, layout, slot, rows)?;
-            label += &format!(" into cache row {slot} of {rows}");
+        if let Some((first, rows)) = cache {
+            expected = into_cache(&mut c, expected, layout, seq, first, rows)?;
+            label += &format!(" into cache row {first} of {rows}");
         }
         let mut case = c.finish(label, expected);
         (case.rows, case.cols, case.k) = (q_heads, kv_heads, kv.code());
@@ -613,20 +669,21 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     Ok(cases)
 }
 
-/// Adds a decode case's caches `[1, kv_heads, rows, D]` (random, as earlier tokens left them)
-/// and its slot as raw inputs; returns the expected outputs with k and v replaced by the caches
-/// after the write.
+/// Adds a cache case's caches `[1, kv_heads, rows, D]` (random, as earlier tokens left them) and
+/// its first row as raw inputs; returns the expected outputs with k and v replaced by the caches
+/// after the `seq` tokens' write.
 fn into_cache(
     c: &mut Builder,
     expected: Vec<f64>,
     layout: QkvLayout,
-    slot: usize,
+    seq: usize,
+    first: usize,
     rows: usize,
 ) -> Result<Vec<f64>> {
     let (hkv, d) = (layout.kv_heads, layout.head_dim);
-    let q_len = layout.q_heads * d;
+    let q_len = layout.q_heads * seq * d;
     let mut outputs = expected[..q_len].to_vec();
-    for new in expected[q_len..].chunks(hkv * d) {
+    for new in expected[q_len..].chunks(hkv * seq * d) {
         let draw: Vec<f64> = (0..hkv * rows * d)
             .map(|_| c.rng.random_range(-2.0..2.0))
             .collect();
@@ -636,23 +693,29 @@ fn into_cache(
                 .to_dtype(c.dtype())?
                 .to_device(c.device())?,
         );
-        for (h, head) in new.chunks(d).enumerate() {
-            cache[(h * rows + slot) * d..(h * rows + slot + 1) * d].copy_from_slice(head);
+        for (i, token) in new.chunks(d).enumerate() {
+            let (h, s) = (i / seq, i % seq);
+            let row = h * rows + first + s;
+            cache[row * d..(row + 1) * d].copy_from_slice(token);
         }
         outputs.extend(cache);
     }
-    c.indices(&[slot as u32])?;
+    c.indices(&[first as u32])?;
     Ok(outputs)
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     let caches = fresh_caches(c)?;
-    let kv_slot = caches.as_ref().map(|(k, v)| KvSlot {
-        k,
-        v,
-        slot: c.raw(2),
-    });
+    let row = caches.as_ref().map(|_| CaseRow::of(c, 0)).transpose()?;
+    let kv_slot = caches
+        .as_ref()
+        .zip(row.as_ref())
+        .map(|((k, v), row)| KvSlot {
+            k,
+            v,
+            row: row.cache_row(),
+        });
     outputs(qkv_norm_rope_on(
         arm,
         f(0),

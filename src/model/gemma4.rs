@@ -19,7 +19,7 @@ use crate::kernels::{
     moe_inputs::moe_inputs,
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
-    qkv_norm_rope::{qkv_norm_rope, AttentionInputs, KvPart, KvSlot, QkvLayout},
+    qkv_norm_rope::{qkv_norm_rope, AttentionInputs, CacheRow, KvPart, KvSlot, QkvLayout},
     rms_norm::rms_norm,
     rms_norm_plus_add::rms_norm_plus_add,
     softcap::softcap,
@@ -584,12 +584,14 @@ impl Gemma4 {
         };
         for (i, layer) in self.layers.iter().enumerate() {
             let kind = layer.spec.kind;
+            let in_cache = positions.prepare_kv(i, &layer.spec, &h)?;
             let (cos, sin) = positions.rope(kind);
-            let (q, own_kv) =
-                layer.attention_inputs(&h, cos, sin, eps, positions.kv_slot(i, &layer.spec)?)?;
+            let kv_slot = positions.kv_slot(i, &layer.spec, in_cache)?;
+            let (q, own_kv) = layer.attention_inputs(&h, cos, sin, eps, kv_slot)?;
             let (k, v) = match (own_kv, layer.spec.kv_source) {
                 (Some((k, v)), _) => {
-                    let attend = positions.store(i, &layer.spec, &k, &v, seq, &self.config)?;
+                    let attend =
+                        positions.store(i, &layer.spec, &k, &v, seq, in_cache, &self.config)?;
                     published[i] = Some((attend.k.clone(), attend.v.clone()));
                     (attend.k, attend.v)
                 }
@@ -664,24 +666,52 @@ impl Positions<'_> {
         }
     }
 
-    /// Where layer `i`'s own K/V go as `qkv_norm_rope` makes them: the cache row of a
-    /// device-held position (none for host positions, which append after).
-    fn kv_slot(&self, i: usize, spec: &LayerSpec) -> Result<Option<KvSlot<'_>>> {
+    /// Readies layer `i`'s cache for this call's own K/V to go straight into it as
+    /// `qkv_norm_rope` makes them, and says whether they will: a device-held position's always,
+    /// a host chunk of several tokens where the cache admits it ([`KvCache::prepare_chunk`]).
+    /// Single host tokens (eager decode) append after.
+    fn prepare_kv(&mut self, i: usize, spec: &LayerSpec, h: &Tensor) -> Result<bool> {
+        let seq = h.dim(1)?;
+        if spec.kv_source != KvSource::Own {
+            return Ok(false);
+        }
         match self {
-            Positions::Device { kinds, cache } if spec.kv_source == KvSource::Own => {
-                let (k, v) = cache.reserved_buffers(i)?;
-                Ok(Some(KvSlot {
-                    k,
-                    v,
-                    slot: &kinds[spec.kind as usize].slot,
-                }))
+            Positions::Host { cache, .. } if seq > 1 => {
+                Ok(cache.prepare_chunk(i, seq, h.dtype(), h.device())?)
             }
-            _ => Ok(None),
+            Positions::Host { .. } => Ok(false),
+            Positions::Device { .. } => Ok(true),
         }
     }
 
+    /// Where layer `i`'s own K/V go as `qkv_norm_rope` makes them, when `prepared` says they go
+    /// into the cache: the row of a device-held position, or a host chunk's first row.
+    fn kv_slot(&self, i: usize, spec: &LayerSpec, prepared: bool) -> Result<Option<KvSlot<'_>>> {
+        if !prepared {
+            return Ok(None);
+        }
+        Ok(Some(match self {
+            Positions::Host { cache, .. } => {
+                let (k, v, first) = cache.chunk_rows(i)?;
+                KvSlot {
+                    k,
+                    v,
+                    row: CacheRow::Host(first),
+                }
+            }
+            Positions::Device { kinds, cache } => {
+                let (k, v) = cache.reserved_buffers(i)?;
+                KvSlot {
+                    k,
+                    v,
+                    row: CacheRow::Device(&kinds[spec.kind as usize].slot),
+                }
+            }
+        }))
+    }
+
     /// Stores layer `i`'s new K/V `[1, kv_heads, S, D]` and returns what the layer attends with
-    /// (device positions: already in the cache, `k` and `v` are its buffers).
+    /// (`in_cache`: already written there, `k` and `v` are the cache's buffers).
     fn store(
         &mut self,
         i: usize,
@@ -689,6 +719,7 @@ impl Positions<'_> {
         k: &Tensor,
         v: &Tensor,
         seq: usize,
+        in_cache: bool,
         config: &Config,
     ) -> Result<AttendKv> {
         let kind = spec.kind;
@@ -699,7 +730,10 @@ impl Positions<'_> {
                 masks,
                 ..
             } => {
-                let attend = cache.append(i, k, v)?;
+                let attend = match in_cache {
+                    true => cache.commit_chunk(i, seq)?,
+                    false => cache.append(i, k, v)?,
+                };
                 if masks[kind as usize].is_none() {
                     let window = (kind == LayerKind::Sliding).then_some(config.sliding_window);
                     masks[kind as usize] = Some(match &attend.key_positions {

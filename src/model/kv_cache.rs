@@ -119,13 +119,7 @@ impl KvCache {
                         cache.v = Some(keep_first(cache.v.take(), fresh()?, len)?);
                     }
                 }
-                LayerCache::Sliding(cache) => {
-                    if cache.k.is_none() {
-                        let shape = (1, cache.kv_heads, cache.window, cache.head_dim);
-                        cache.k = Some(Tensor::zeros(shape, dtype, device)?);
-                        cache.v = Some(Tensor::zeros(shape, dtype, device)?);
-                    }
-                }
+                LayerCache::Sliding(cache) => cache.ensure_buffers(dtype, device)?,
             }
         }
         Ok(())
@@ -147,6 +141,71 @@ impl KvCache {
         }
     }
 
+    /// Readies layer `layer` for a chunk of `count` new positions to be written straight into its
+    /// buffers as they are made (`qkv_norm_rope` writes them, where appends copied them), and
+    /// says whether it can: a full layer always (its buffer grows first), a sliding layer while
+    /// its ring is empty and the chunk fits in it (later, the chunk's queries still need the
+    /// ring's positions it would overwrite).
+    pub fn prepare_chunk(
+        &mut self,
+        layer: usize,
+        count: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<bool> {
+        let start = self.len;
+        match self.layers[layer].as_mut() {
+            Some(LayerCache::Full(cache)) => {
+                cache.ensure_capacity(start + count, dtype, device)?;
+                Ok(true)
+            }
+            Some(LayerCache::Sliding(cache)) if start == 0 && count <= cache.window => {
+                cache.ensure_buffers(dtype, device)?;
+                Ok(true)
+            }
+            Some(LayerCache::Sliding(_)) => Ok(false),
+            None => candle_core::bail!("internal: layer {layer} owns no KV cache"),
+        }
+    }
+
+    /// Where a chunk [`KvCache::prepare_chunk`] admitted goes: layer `layer`'s buffers and its
+    /// first row.
+    pub fn chunk_rows(&self, layer: usize) -> Result<(&Tensor, &Tensor, usize)> {
+        let (k, v) = self.reserved_buffers(layer)?;
+        let first = match self.layers[layer].as_ref() {
+            Some(LayerCache::Sliding(cache)) => self.len % cache.window,
+            _ => self.len,
+        };
+        Ok((k, v, first))
+    }
+
+    /// Records the chunk of `count` positions written at [`KvCache::chunk_rows`] and returns
+    /// what layer `layer` attends with.
+    pub fn commit_chunk(&mut self, layer: usize, count: usize) -> Result<AttendKv> {
+        let start = self.len;
+        let (kb, vb, keys) = match self.layers[layer].as_mut() {
+            Some(LayerCache::Full(cache)) => {
+                cache.len = start + count;
+                (&cache.k, &cache.v, start + count)
+            }
+            Some(LayerCache::Sliding(cache)) => {
+                for (slot, position) in (start..start + count).enumerate() {
+                    cache.slots[slot] = Some(position);
+                }
+                (&cache.k, &cache.v, count)
+            }
+            None => candle_core::bail!("internal: layer {layer} owns no KV cache"),
+        };
+        let (Some(kb), Some(vb)) = (kb, vb) else {
+            candle_core::bail!("internal: layer {layer}'s chunk was not prepared");
+        };
+        Ok(AttendKv {
+            k: kb.narrow(2, 0, keys)?,
+            v: vb.narrow(2, 0, keys)?,
+            key_positions: (count > 1).then(|| (start + count - keys..start + count).collect()),
+        })
+    }
+
     /// Records that a device-resident step wrote the token at position `len()` in every layer.
     pub fn record_device_token(&mut self) {
         let position = self.len;
@@ -163,26 +222,25 @@ impl KvCache {
     }
 }
 
-fn zeros_like_with_len(t: &Tensor, len: usize) -> Result<Tensor> {
-    let (b, h, _, d) = t.dims4()?;
-    Tensor::zeros((b, h, len, d), t.dtype(), t.device())
-}
-
 impl FullCache {
-    fn append(&mut self, start: usize, k: &Tensor, v: &Tensor) -> Result<AttendKv> {
-        let new = k.dim(2)?;
-        let needed = start + new;
+    /// Room for `needed` positions, the ones held kept.
+    fn ensure_capacity(&mut self, needed: usize, dtype: DType, device: &Device) -> Result<()> {
         let capacity = self.k.as_ref().map_or(0, |t| t.dim(2).unwrap_or(0));
         if needed > capacity {
             // Geometric growth keeps decode allocation-free between doublings.
             let grown = needed.max(capacity * 2).max(64);
-            let (k_fresh, v_fresh) = (
-                zeros_like_with_len(k, grown)?,
-                zeros_like_with_len(v, grown)?,
-            );
-            self.k = Some(keep_first(self.k.take(), k_fresh, self.len)?);
-            self.v = Some(keep_first(self.v.take(), v_fresh, self.len)?);
+            let shape = (1, self.kv_heads, grown, self.head_dim);
+            let fresh = || Tensor::zeros(shape, dtype, device);
+            self.k = Some(keep_first(self.k.take(), fresh()?, self.len)?);
+            self.v = Some(keep_first(self.v.take(), fresh()?, self.len)?);
         }
+        Ok(())
+    }
+
+    fn append(&mut self, start: usize, k: &Tensor, v: &Tensor) -> Result<AttendKv> {
+        let new = k.dim(2)?;
+        let needed = start + new;
+        self.ensure_capacity(needed, k.dtype(), k.device())?;
         let (kb, vb) = (
             self.k.as_ref().expect("allocated above"),
             self.v.as_ref().expect("allocated above"),
@@ -209,12 +267,19 @@ fn keep_first(old: Option<Tensor>, fresh: Tensor, keep: usize) -> Result<Tensor>
 }
 
 impl RingCache {
+    /// The ring's W slots, allocated on first use.
+    fn ensure_buffers(&mut self, dtype: DType, device: &Device) -> Result<()> {
+        if self.k.is_none() {
+            let shape = (1, self.kv_heads, self.window, self.head_dim);
+            self.k = Some(Tensor::zeros(shape, dtype, device)?);
+            self.v = Some(Tensor::zeros(shape, dtype, device)?);
+        }
+        Ok(())
+    }
+
     fn append(&mut self, start: usize, k: &Tensor, v: &Tensor) -> Result<AttendKv> {
         let new = k.dim(2)?;
-        if self.k.is_none() {
-            self.k = Some(zeros_like_with_len(k, self.window)?);
-            self.v = Some(zeros_like_with_len(v, self.window)?);
-        }
+        self.ensure_buffers(k.dtype(), k.device())?;
         let filled = start.min(self.window);
         let result = if new == 1 {
             // Decode: the slot being overwritten holds position start − W, which the window

@@ -238,9 +238,10 @@ __device__ void dual_rms_norm_plus_res_lean(const T* residual, const T* x, const
 // projection), G4_QKV_BLOCK_THREADS a block. Output heads: q heads, then k and v of each kv head in
 // turn. The head is normed like rms_norm, rounded to T as rms_norm stores it, then q and k are
 // rotated like rope (a pair's halves exchanged in registers, by shuffles where they sit in
-// different lanes) and written heads first [heads, seq, d] — or, given a device-held cache
-// `slot` (one decode token), k and v go straight into the layer's cache [kv_heads, cache_rows, d]
-// at that row, where a scatter per tensor wrote them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
+// different lanes) and written heads first [heads, seq, d] — or, given the layer's cache
+// [kv_heads, cache_rows, d] (cache_rows > 0), k and v go straight into it from a row held on the
+// device (`slot`: one decode token) or else `first_row` (a prefill chunk), where copies wrote
+// them. The host sends heads wider than G4_QKV_MAX_HEAD_DIM elsewhere.
 // A warp per head and no block barrier: a block per head (one warp at head_dim 256) kept too few
 // warps on a multiprocessor, the cos/sin loads waited for the row's norm (a second memory round
 // trip; they now load beside the row), and the pairs met in shared memory with 8-way bank
@@ -275,7 +276,7 @@ __device__ __forceinline__ void load_pair_table(const float* table, int d, bool 
 
 template <typename T, int V>
 __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin,
-                              T* q_out, T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq,
+                              T* q_out, T* k_out, T* v_out, const unsigned* slot, int first_row, int cache_rows, int seq,
                               int q_heads, int kv_heads, int d, int kv_code, float eps) {
     const RowThreads t = warp_threads();
     const int warp = threadIdx.x / t.lanes;
@@ -305,8 +306,8 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
     load_row<T>(w, d, weight, t);
     G4_WAIT_FOR_INPUTS();
     load_row<T>(qkv + (size_t)s * width + offset, d, v, t);
-    T* dst = slot && out != q_out ? out + ((size_t)out_head * cache_rows + *slot) * d
-                                  : out + ((size_t)out_head * seq + s) * d;
+    T* dst = cache_rows > 0 && out != q_out ? out + ((size_t)out_head * cache_rows + (slot ? *slot : first_row) + s) * d
+                                            : out + ((size_t)out_head * seq + s) * d;
     if (!rotate) {  // the same for the whole warp
         const float inv = inv_rms(v, d, eps, t);
 #pragma unroll
@@ -462,10 +463,12 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_QKV_BLOCK_THREADS) g4_qkv_norm_rope##WIDE##_##NAME(     \
         const T* qkv, const T* q_norm, const T* k_norm, const float* cos, const float* sin, T* q_out,         \
-        T* k_out, T* v_out, const unsigned* slot, int cache_rows, int seq, int q_heads, int kv_heads, int d, \
+        T* k_out, T* v_out, const unsigned* slot, int first_row, int cache_rows, int seq, int q_heads,        \
+        int kv_heads, int d,                                                                                 \
         int kv_code, float eps) {                                                                            \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                   \
-        qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, slot, cache_rows, seq, q_heads, \
+        qkv_norm_rope<T, V>(qkv, q_norm, k_norm, cos, sin, q_out, k_out, v_out, slot, first_row, cache_rows, seq,  \
+                            q_heads,                                                                         \
                             kv_heads, d, kv_code, eps);                                                     \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs##WIDE##_##NAME(        \
