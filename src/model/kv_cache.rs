@@ -452,9 +452,87 @@ impl MaskSpan<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{attention_mask, MaskSpan};
+    use super::{attention_mask, AttendKv, FullCache, KvCache, LayerCache, MaskSpan, RingCache};
     use crate::kernels::reference::visible;
-    use candle_core::Device;
+    use candle_core::{DType, Device, Tensor};
+
+    /// A full layer and a sliding one of window 4, two kv heads of width 4.
+    fn two_layer_cache() -> KvCache {
+        let (kv_heads, head_dim, window) = (2, 4, 4);
+        KvCache {
+            layers: vec![
+                Some(LayerCache::Full(FullCache {
+                    kv_heads,
+                    head_dim,
+                    k: None,
+                    v: None,
+                    len: 0,
+                })),
+                Some(LayerCache::Sliding(RingCache {
+                    kv_heads,
+                    head_dim,
+                    window,
+                    k: None,
+                    v: None,
+                    slots: vec![None; window],
+                })),
+            ],
+            len: 0,
+        }
+    }
+
+    fn contents(attend: &AttendKv) -> (Vec<f32>, Vec<f32>, Option<Vec<usize>>) {
+        let values = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        (
+            values(&attend.k),
+            values(&attend.v),
+            attend.key_positions.clone(),
+        )
+    }
+
+    /// A chunk written in place (`prepare_chunk`, the rows `chunk_rows` names, `commit_chunk`)
+    /// attends with what an append of the same k and v returns, on a full layer and on an empty
+    /// ring; a ring that holds positions, or a chunk longer than its window, is refused (those
+    /// chunks append).
+    #[test]
+    fn a_chunk_written_in_place_attends_like_an_append() {
+        let device = Device::Cpu;
+        let chunk = |start: usize, count: usize, offset: f32| {
+            let values = (0..2 * count * 4)
+                .map(|i| (start * 100 + i) as f32 + offset)
+                .collect();
+            Tensor::from_vec(values, (1, 2, count, 4), &device).unwrap()
+        };
+        let (mut in_place, mut appended) = (two_layer_cache(), two_layer_cache());
+        for (count, ring_admits) in [(3, true), (2, false)] {
+            let start = in_place.len();
+            for layer in 0..2 {
+                let (k, v) = (chunk(start, count, 0.0), chunk(start, count, 0.5));
+                let admitted = in_place
+                    .prepare_chunk(layer, count, DType::F32, &device)
+                    .unwrap();
+                assert_eq!(
+                    admitted,
+                    layer == 0 || ring_admits,
+                    "layer {layer} at {start}"
+                );
+                let expected = contents(&appended.append(layer, &k, &v).unwrap());
+                let got = if admitted {
+                    let (kb, vb, first) = in_place.chunk_rows(layer).unwrap();
+                    kb.slice_set(&k, 2, first).unwrap();
+                    vb.slice_set(&v, 2, first).unwrap();
+                    in_place.commit_chunk(layer, count).unwrap()
+                } else {
+                    in_place.append(layer, &k, &v).unwrap()
+                };
+                assert_eq!(contents(&got), expected, "layer {layer} at {start}");
+            }
+            in_place.advance(count);
+            appended.advance(count);
+        }
+        let mut long = two_layer_cache();
+        assert!(!long.prepare_chunk(1, 5, DType::F32, &device).unwrap());
+    }
 
     /// Every entry of the mask, as the host fills it and as a GPU builds it, against the
     /// visibility rule itself: a first piece, a later piece over a wrapped ring (window) and over
