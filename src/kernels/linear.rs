@@ -127,24 +127,23 @@ pub(super) fn dense_gemv(m: usize, n: usize, vectors: usize, lanes: usize) -> De
         loads_per_lane,
         warps_per_block,
     };
+    let narrow = m == 1 && n <= NARROW_MAX_COLUMNS;
+    let long_k = vectors >= LONG_K_WARPS_PER_BLOCK * lanes * NARROW_LOADS_PER_LANE;
+    // A lane's vectors of K once 8-warp blocks split it.
+    let share = vectors.div_ceil(LONG_K_WARPS_PER_BLOCK * lanes);
+    let one_long_batch = (NARROW_LOADS_PER_LANE + 1..=LONG_K_LOADS_PER_LANE).contains(&share);
     match m {
-        1 if n <= NARROW_MAX_COLUMNS => {
-            let long_k = vectors >= LONG_K_WARPS_PER_BLOCK * lanes * NARROW_LOADS_PER_LANE;
-            let share = vectors.div_ceil(LONG_K_WARPS_PER_BLOCK * lanes);
-            match (long_k, share) {
-                (false, _) => gemv("_one_row_narrow", NARROW_LOADS_PER_LANE, WARPS_PER_BLOCK),
-                (true, 5..=LONG_K_LOADS_PER_LANE) => gemv(
-                    "_one_row_long",
-                    LONG_K_LOADS_PER_LANE,
-                    LONG_K_WARPS_PER_BLOCK,
-                ),
-                (true, _) => gemv(
-                    "_one_row_narrow",
-                    NARROW_LOADS_PER_LANE,
-                    LONG_K_WARPS_PER_BLOCK,
-                ),
-            }
-        }
+        1 if narrow && long_k && one_long_batch => gemv(
+            "_one_row_long",
+            LONG_K_LOADS_PER_LANE,
+            LONG_K_WARPS_PER_BLOCK,
+        ),
+        1 if narrow && long_k => gemv(
+            "_one_row_narrow",
+            NARROW_LOADS_PER_LANE,
+            LONG_K_WARPS_PER_BLOCK,
+        ),
+        1 if narrow => gemv("_one_row_narrow", NARROW_LOADS_PER_LANE, WARPS_PER_BLOCK),
         1 => gemv("_one_row", LOADS_PER_LANE, WARPS_PER_BLOCK),
         _ => gemv("", LOADS_PER_LANE, WARPS_PER_BLOCK),
     }

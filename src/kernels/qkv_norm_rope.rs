@@ -381,8 +381,8 @@ const NATIVE_MAX_HEAD_DIM: usize = 512;
 
 /// CUDA arm: one warp per (token, head), the row normed in registers, rounded to T as the
 /// separate norm stores it, rotated with each pair's halves exchanged in registers, and written
-/// heads first (src/kernels/cuda/norms.cu), k and v into the cache at the slot when given. Wider
-/// heads take the composed arm.
+/// heads first (src/kernels/cuda/norms.cu), k and v into the cache from its given row (device-held
+/// or host-known) when given one. Wider heads take the composed arm.
 #[allow(clippy::too_many_arguments)]
 fn native_fwd(
     qkv: &Tensor,

@@ -180,29 +180,31 @@ impl KvCache {
     }
 
     /// Records the chunk of `count` positions written at [`KvCache::chunk_rows`] and returns
-    /// what layer `layer` attends with.
+    /// what layer `layer` attends with: a full layer's every position, an (admitted, so empty)
+    /// ring's chunk.
     pub fn commit_chunk(&mut self, layer: usize, count: usize) -> Result<AttendKv> {
-        let start = self.len;
-        let (kb, vb, keys) = match self.layers[layer].as_mut() {
+        let (start, end) = (self.len, self.len + count);
+        let (kb, vb, first_key) = match self.layers[layer].as_mut() {
             Some(LayerCache::Full(cache)) => {
-                cache.len = start + count;
-                (&cache.k, &cache.v, start + count)
+                cache.len = end;
+                (&cache.k, &cache.v, 0)
             }
             Some(LayerCache::Sliding(cache)) => {
-                for (slot, position) in (start..start + count).enumerate() {
-                    cache.slots[slot] = Some(position);
+                for position in start..end {
+                    cache.slots[position % cache.window] = Some(position);
                 }
-                (&cache.k, &cache.v, count)
+                (&cache.k, &cache.v, start)
             }
             None => candle_core::bail!("internal: layer {layer} owns no KV cache"),
         };
         let (Some(kb), Some(vb)) = (kb, vb) else {
             candle_core::bail!("internal: layer {layer}'s chunk was not prepared");
         };
+        let keys = end - first_key;
         Ok(AttendKv {
             k: kb.narrow(2, 0, keys)?,
             v: vb.narrow(2, 0, keys)?,
-            key_positions: (count > 1).then(|| (start + count - keys..start + count).collect()),
+            key_positions: (count > 1).then(|| (first_key..end).collect()),
         })
     }
 
