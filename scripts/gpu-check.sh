@@ -275,7 +275,7 @@ PY
 fi
 if [[ " $STEPS " == *" kernel-bench "* ]]; then
   # The standalone kernel benchmarks (scripts/kernel-bench/build.sh, built here, carried along).
-  for bench in gemv moe pdl attention grouped flash fp8_gemm fp8_gemv glue; do
+  for bench in gemv moe pdl attention grouped flash fp8_gemm fp8_gemv glue chain; do
     echo "== target/kernel-bench/${bench}_bench"
     "target/kernel-bench/${bench}_bench" | tee "$OUT/kernel-bench-$bench.txt"
   done

@@ -49,7 +49,7 @@ int main() {
                 auto chunks_of = [&](int keys_per_chunk, bf* o, int blocks = 512) {
                     return [&, keys_per_chunk, o, blocks](int i) {
                         const int splits = splits_for(keys_per_chunk, blocks);
-                        g4_attention_bf16<<<rows * splits, 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, o, acc,
+                        g4_attention_bf16<<<rows * splits, 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, nullptr, o, acc,
                                                                               stats, heads, kv_heads, 1, keys, d, stride,
                                                                               scale, splits);
                         if (splits > 1)
@@ -67,7 +67,7 @@ int main() {
                              t4096 = b.graph_us(sets, chunks_of(16, out_small, 4096));
                 // The chunk kernel alone (g4's splits, no merge): what the merge adds.
                 const double t_chunks = b.graph_us(sets, [&](int i) {
-                    g4_attention_bf16<<<rows * splits_for(16), 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, out_small,
+                    g4_attention_bf16<<<rows * splits_for(16), 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, nullptr, out_small,
                                                                                  acc, stats, heads, kv_heads, 1, keys, d, stride,
                                                                                  scale, splits_for(16));
                 });

@@ -8,7 +8,8 @@
 # fp8_gemm_bench: prefill GEMMs over e4m3 weights, g4's dequantise-then-cuBLAS beside cuBLASLt's
 # FP8 tensor cores (loaded at run time), checked against f64; fp8_gemv_bench: the FP8 decode
 # GEMV beside stop 39's tensor-core candidate, fp8_gemv_candidates.cuh; glue_bench: 31B's prefill
-# glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes) into
+# glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;
+# chain_bench: 31B's decode layers as one graph of g4's kernels, each stage changed in turn) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
@@ -16,8 +17,8 @@ cd "$(dirname "$0")/../.."
 nvcc_env="$(scripts/nvcc-env.sh)"
 eval "$nvcc_env"
 mkdir -p target/kernel-bench
-for bench in gemv moe pdl attention grouped flash fp8_gemm fp8_gemv glue; do
+for bench in gemv moe pdl attention grouped flash fp8_gemm fp8_gemv glue chain; do
   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o "target/kernel-bench/${bench}_bench" -ldl \
     "scripts/kernel-bench/${bench}_bench.cu"
 done
-echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped,flash,fp8_gemm,fp8_gemv,glue}_bench"
+echo "kernel-bench: target/kernel-bench/{gemv,moe,pdl,attention,grouped,flash,fp8_gemm,fp8_gemv,glue,chain}_bench"

@@ -1,7 +1,8 @@
 //! `attention`: `softmax(q·kᵀ·scale + mask) · v` with GQA by contiguous groups (query head j
 //! reads KV head j ÷ (heads / kv_heads)). Gemma-4 uses scale 1.0; the sliding-window and causal
-//! rules arrive as an additive f32 mask `[S, T]` (absent when every key is visible, as in decode).
-//! Softmax runs in f32, as the reference's eager attention does.
+//! rules arrive as an additive f32 mask `[S, T]` (absent when every key is visible, as in eager
+//! decode), or, in a decode step whose position is on the device, as that position: key slots
+//! past it are empty ([`Visible`]). Softmax runs in f32, as the reference's eager attention does.
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
@@ -12,15 +13,49 @@ use rand::rngs::StdRng;
 
 const OP: Op = Op::Attention;
 
-/// `q [B, heads, S, D]`, `k, v [B, kv_heads, T, D]`, `mask [S, T]` → `[B, heads, S, D]`.
+/// Which keys a query may see: those an additive f32 mask `[S, T]` leaves open (every key
+/// without one), and of those, where `last_slot` (u32 `[1]`, on the device) is given, only
+/// slots `0..=last_slot`. A graph decode step gives its position as `last_slot` instead of a
+/// mask: a cache buffer's slots past it are empty, and the native kernel then cuts its chunks
+/// from the visible slots alone.
+#[derive(Clone, Copy, Default)]
+pub struct Visible<'a> {
+    pub mask: Option<&'a Tensor>,
+    pub last_slot: Option<&'a Tensor>,
+}
+
+impl Visible<'_> {
+    /// The additive f32 mask `[seq, keys]` both parts make together; `None` when every key is
+    /// visible.
+    fn additive(&self, seq: usize, keys: usize, device: &Device) -> Result<Option<Tensor>> {
+        let mask = self.mask.map(|m| m.to_dtype(DType::F32)).transpose()?;
+        let Some(last) = self.last_slot else {
+            return Ok(mask);
+        };
+        let slots = Tensor::arange(0u32, keys as u32, device)?;
+        let open = Tensor::zeros(keys, DType::F32, device)?;
+        let hidden = Tensor::full(f32::NEG_INFINITY, keys, device)?;
+        let prefix = slots
+            .broadcast_le(&last.reshape(1)?)?
+            .where_cond(&open, &hidden)?
+            .reshape((1, keys))?
+            .broadcast_as((seq, keys))?;
+        Ok(Some(match mask {
+            Some(mask) => (mask + prefix)?,
+            None => prefix.contiguous()?,
+        }))
+    }
+}
+
+/// `q [B, heads, S, D]`, `k, v [B, kv_heads, T, D]`, the keys each query sees → `[B, heads, S, D]`.
 pub fn attention(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: Option<&Tensor>,
+    visible: Visible,
     scale: f64,
 ) -> Result<Tensor> {
-    attention_on(arm_for(OP, q.device(), q.dtype()), q, k, v, mask, scale)
+    attention_on(arm_for(OP, q.device(), q.dtype()), q, k, v, visible, scale)
 }
 
 /// Runs one given arm; `probe-ops` checks every available arm through this.
@@ -29,12 +64,12 @@ pub fn attention_on(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: Option<&Tensor>,
+    visible: Visible,
     scale: f64,
 ) -> Result<Tensor> {
     // The native kernels index the mask as [S, T]: a broadcastable one would be read out of
     // bounds there, so every arm refuses it alike.
-    if let Some(mask) = mask {
+    if let Some(mask) = visible.mask {
         let (seq, keys) = (q.dim(2)?, k.dim(2)?);
         if mask.dims() != [seq, keys] {
             candle_core::bail!(
@@ -43,10 +78,19 @@ pub fn attention_on(
             );
         }
     }
+    if let Some(last) = visible.last_slot {
+        if last.dtype() != DType::U32 || last.elem_count() != 1 {
+            candle_core::bail!(
+                "attention: last visible slot {:?} {:?} (want one u32)",
+                last.dtype(),
+                last.dims()
+            );
+        }
+    }
     match arm {
-        Arm::Composed => composed(q, k, v, mask, scale),
-        Arm::Native(Backend::Cpu) => cpu_fwd(q, k, v, mask, scale),
-        Arm::Native(_) => native_fwd(q, k, v, mask, scale),
+        Arm::Composed => composed(q, k, v, visible, scale),
+        Arm::Native(Backend::Cpu) => cpu_fwd(q, k, v, visible, scale),
+        Arm::Native(_) => native_fwd(q, k, v, visible, scale),
     }
 }
 
@@ -54,9 +98,10 @@ pub fn composed(
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
-    mask: Option<&Tensor>,
+    visible: Visible,
     scale: f64,
 ) -> Result<Tensor> {
+    let mask = visible.additive(q.dim(2)?, k.dim(2)?, q.device())?;
     around_scores(q, k, v, |scores, seq, keys| {
         let (batch, kv_heads, rows, _) = scores.dims4()?;
         let scores = if scale == 1.0 {
@@ -68,7 +113,7 @@ pub fn composed(
             scores
                 .to_dtype(DType::F32)?
                 .reshape((batch, kv_heads, rows / seq, seq, keys))?;
-        let scores = match mask {
+        let scores = match &mask {
             Some(mask) => scores.broadcast_add(mask)?,
             None => scores,
         };
@@ -101,17 +146,11 @@ fn around_scores(
 
 /// CPU arm: the composed arm's two GEMMs (candle's) around one vectorised pass per score row
 /// (`native/cpu.rs`) for its scale, mask and softmax, f32.
-fn cpu_fwd(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    scale: f64,
-) -> Result<Tensor> {
+fn cpu_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) -> Result<Tensor> {
     let (Some(simd), DType::F32) = (cpu::simd(), q.dtype()) else {
-        return composed(q, k, v, mask, scale);
+        return composed(q, k, v, visible, scale);
     };
-    let mask = mask.map(|m| m.to_dtype(DType::F32)).transpose()?;
+    let mask = visible.additive(q.dim(2)?, k.dim(2)?, q.device())?;
     around_scores(q, k, v, |scores, seq, keys| {
         let probs = cpu::with_f32(&scores, |scores| match &mask {
             Some(mask) => cpu::with_f32(mask, |mask| {
@@ -189,27 +228,23 @@ const FLASH_TARGET_BLOCKS: usize = 512;
 
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
 /// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
-/// cache (head_dim up to 512, Gemma-4's largest); for longer blocks, the flash kernel where it
-/// fits ([`flash_fits`]), else cuBLAS's batched GEMMs around one softmax kernel.
-fn native_fwd(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    scale: f64,
-) -> Result<Tensor> {
+/// cache (head_dim up to 512, Gemma-4's largest), its chunks cut from the visible slots where
+/// the last one is on the device; for longer blocks, the flash kernel where it fits
+/// ([`flash_fits`]), else cuBLAS's batched GEMMs around one softmax kernel.
+fn native_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
     let (batch, heads, seq, head_dim) = q.dims4()?;
     let (_, kv_heads, keys, _) = k.dims4()?;
     if seq > CUDA_KERNEL_MAX_QUERIES {
+        let mask = visible.additive(seq, keys, q.device())?;
         return match flash_fits(q, k, v) {
-            true => flash_fwd(q, k, v, mask, scale),
-            false => gemm_fwd(q, k, v, mask, scale),
+            true => flash_fwd(q, k, v, mask.as_ref(), scale),
+            false => gemm_fwd(q, k, v, mask.as_ref(), scale),
         };
     }
     let q = q.contiguous()?;
     if head_dim > NATIVE_MAX_HEAD_DIM {
-        return composed(&q, k, v, mask, scale);
+        return composed(&q, k, v, visible, scale);
     }
     // Rows must be contiguous and the batch dim must collapse into the head dim.
     let fits = |t: &Tensor| {
@@ -222,9 +257,11 @@ fn native_fwd(
         (k.contiguous()?, v.contiguous()?)
     };
     let head_stride = k.stride()[1];
-    let mask = mask
+    let mask = visible
+        .mask
         .map(|m| m.to_dtype(DType::F32)?.contiguous())
         .transpose()?;
+    let last_slot = visible.last_slot.map(Tensor::contiguous).transpose()?;
     let rows = batch * heads * seq;
     let splits = keys
         .div_ceil(KEYS_PER_CHUNK)
@@ -237,6 +274,7 @@ fn native_fwd(
         Arg::RowView(&k),
         Arg::RowView(&v),
         Arg::OptionalTensor(mask.as_ref()),
+        Arg::OptionalTensor(last_slot.as_ref()),
         Arg::Tensor(&out),
         Arg::OptionalTensor(partial_acc.as_ref()),
         Arg::OptionalTensor(partial_stats.as_ref()),
@@ -538,7 +576,7 @@ pub const CONTRACT: OpContract = OpContract {
                     c.float(0),
                     c.float(1),
                     c.float(2),
-                    c.optional_raw(0),
+                    visible_of(c),
                     d.powf(-0.5),
                 )?])
             },
@@ -546,11 +584,31 @@ pub const CONTRACT: OpContract = OpContract {
         Mutant {
             what: "the mask ignored",
             run: |c| {
+                let visible = Visible {
+                    mask: None,
+                    ..visible_of(c)
+                };
                 Ok(vec![composed(
                     c.float(0),
                     c.float(1),
                     c.float(2),
-                    None,
+                    visible,
+                    c.scale,
+                )?])
+            },
+        },
+        Mutant {
+            what: "the last visible slot ignored",
+            run: |c| {
+                let visible = Visible {
+                    last_slot: None,
+                    ..visible_of(c)
+                };
+                Ok(vec![composed(
+                    c.float(0),
+                    c.float(1),
+                    c.float(2),
+                    visible,
                     c.scale,
                 )?])
             },
@@ -564,6 +622,11 @@ const SHAPE_PATHS: &[ShapePath] = &[
         shapes: "up to 16 queries, head_dim up to 512",
         path: "native: split-K over the keys with an online softmax, K/V read in place (16 bytes a lane at once where aligned rows are whole vectors: head_dim 256 and 512)",
         case: "q[8×1×512] kv[2×256] at position 69",
+    },
+    ShapePath {
+        shapes: "up to 16 queries, head_dim up to 512, the last visible slot on the device (graph decode)",
+        path: "native: the same split-K, its chunks cut from the slots up to the last visible one",
+        case: "q[16×1×256] kv[8×1024] at position 40 no mask last slot on the device",
     },
     ShapePath {
         shapes: "more than 16 queries over 4,096 keys or more in bf16/f16 on CUDA, head_dim 128, 256 or 512",
@@ -585,42 +648,55 @@ const SHAPE_PATHS: &[ShapePath] = &[
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
     // (heads, kv heads, queries, keys, head dim, sliding window, first query position,
-    // mask); queries sit at the end of the keys unless a position is given. Without a
-    // mask every key is visible: the eager decode step's call.
-    for (h, kvh, s, t, d, window, first, masked) in [
-        (4, 4, 5, 5, 16, None, None, true),
-        (8, 2, 3, 11, 256, Some(8), None, true),
-        (4, 1, 1, 9, 512, None, None, true),
-        (2, 1, 13, 13, 64, Some(4), None, true),
+    // mask, last query's position held on the device as the last visible slot); queries sit
+    // at the end of the keys unless a position is given. Without a mask or a last slot every
+    // key is visible: the eager decode step's call.
+    for (h, kvh, s, t, d, window, first, masked, last_slot) in [
+        (4, 4, 5, 5, 16, None, None, true, false),
+        (8, 2, 3, 11, 256, Some(8), None, true, false),
+        (4, 1, 1, 9, 512, None, None, true, false),
+        (2, 1, 13, 13, 64, Some(4), None, true, false),
         // Decode over many keys: the CUDA arm splits them into chunks and merges.
-        (8, 2, 1, 300, 256, None, None, true),
+        (8, 2, 1, 300, 256, None, None, true, false),
         // Many chunks whose keys a sliding window hides before the visible ones: each warp's
         // early-loaded first key is dropped until a chunk shows a visible key.
-        (1, 1, 1, 3000, 256, Some(64), None, true),
+        (1, 1, 1, 3000, 256, Some(64), None, true, false),
         // Eager decode at both of Gemma-4's head sizes: no mask.
-        (8, 2, 1, 300, 256, None, None, false),
-        (16, 4, 1, 70, 512, None, None, false),
+        (8, 2, 1, 300, 256, None, None, false, false),
+        (16, 4, 1, 70, 512, None, None, false, false),
         // Wider heads than the native kernel holds: the composed path.
-        (2, 1, 2, 7, 576, None, None, true),
+        (2, 1, 2, 7, 576, None, None, true, false),
         // A graph step's whole cache buffer: only slots up to the position are visible,
         // so whole chunks are hidden.
-        (8, 2, 1, 256, 512, None, Some(69), true),
+        (8, 2, 1, 256, 512, None, Some(69), true, false),
         // Longer than a decode block: the CUDA arm's GEMM path, with a sliding window over
         // more keys than a softmax block has threads, and with every key visible (no mask).
-        (4, 2, 24, 30, 128, Some(8), None, true),
-        (8, 2, 40, 700, 256, Some(512), None, true),
-        (4, 2, 20, 20, 512, None, Some(19), false),
+        (4, 2, 24, 30, 128, Some(8), None, true, false),
+        (8, 2, 40, 700, 256, Some(512), None, true, false),
+        (4, 2, 20, 20, 512, None, Some(19), false, false),
+        // A graph decode step's: no mask, its position as the last visible slot, so the
+        // native kernel's chunks cut only the slots up to it. A full layer's buffer, a sliding
+        // ring mostly empty, a filled ring (the position past the buffer: every slot), and the
+        // last slot beside a window's mask.
+        (8, 2, 1, 256, 512, None, Some(69), false, true),
+        (16, 8, 1, 1024, 256, None, Some(40), false, true),
+        (4, 1, 1, 300, 256, None, Some(1000), false, true),
+        (8, 2, 1, 300, 256, Some(64), None, true, true),
+        // A short query block sees the slots up to its last query, each query alike; longer
+        // blocks take the mask that the last slot makes (the GEMM path's).
+        (4, 2, 3, 40, 256, None, Some(20), false, true),
+        (4, 2, 24, 30, 128, Some(8), None, true, true),
         // Rows of whole 16-byte vectors in every dtype: the softmax's vector loads, over one
         // tile of keys and over several.
-        (8, 2, 24, 64, 256, Some(32), None, true),
-        (2, 1, 17, 1040, 64, Some(600), None, true),
+        (8, 2, 24, 64, 256, Some(32), None, true, false),
+        (2, 1, 17, 1040, 64, Some(600), None, true, false),
         // The flash kernel's (from 4,096 keys in bf16/f16 on CUDA): queries over two tiles (the
         // second partial), keys over many with a partial last one, a window that hides whole
         // tiles before the visible ones, and every key visible; each query tile's keys split
         // over several blocks and merged.
-        (4, 1, 100, 4100, 256, Some(300), None, true),
-        (4, 1, 70, 4133, 512, Some(40), None, true),
-        (2, 2, 65, 4096, 128, None, Some(4095), false),
+        (4, 1, 100, 4100, 256, Some(300), None, true, false),
+        (4, 1, 70, 4133, 512, Some(40), None, true, false),
+        (2, 2, 65, 4096, 128, None, Some(4095), false, false),
     ] {
         let mut c = Builder::new(device, dtype, rng);
         let spread = (d as f64).powf(-0.25) * 1.5;
@@ -628,27 +704,39 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let k = c.uniform(&[1, kvh, t, d], -spread, spread)?;
         let v = c.uniform(&[1, kvh, t, d], -1.0, 1.0)?;
         let first_query = first.unwrap_or(t - s);
+        let last_query = first_query + s - 1;
+        let hidden = |open: bool| if open { 0.0 } else { f64::NEG_INFINITY };
         let mask: Vec<f64> = (0..s)
             .flat_map(|i| {
-                (0..t).map(move |j| {
-                    if super::reference::visible(first_query + i, j, window) {
-                        0.0
-                    } else {
-                        f64::NEG_INFINITY
-                    }
-                })
+                (0..t).map(move |j| hidden(super::reference::visible(first_query + i, j, window)))
             })
             .collect();
         if masked {
             let mask_f32: Vec<f32> = mask.iter().map(|&m| m as f32).collect();
             c.raw(Tensor::from_vec(mask_f32, (s, t), device)?);
         }
-        let expected = reference(&q, &k, &v, &mask, h, kvh, s, t, d, 1.0);
+        if last_slot {
+            c.raw(Tensor::new(&[last_query as u32], device)?);
+        }
+        // What the queries see: the mask's keys (every key without one), of those the slots up
+        // to the last one where it is given.
+        let seen: Vec<f64> = (0..s * t)
+            .map(|at| {
+                let by_mask = !masked || mask[at] == 0.0;
+                hidden(by_mask && (!last_slot || at % t <= last_query))
+            })
+            .collect();
+        let expected = reference(&q, &k, &v, &seen, h, kvh, s, t, d, 1.0);
         let label = format!(
-            "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}{}{}",
+            "q[{h}×{s}×{d}] kv[{kvh}×{t}]{}{}{}{}",
             window.map_or(String::new(), |w| format!(" window {w}")),
             first.map_or(String::new(), |p| format!(" at position {p}")),
-            if masked { "" } else { " no mask" }
+            if masked { "" } else { " no mask" },
+            if last_slot {
+                " last slot on the device"
+            } else {
+                ""
+            }
         );
         cases.push(c.finish(label, expected));
     }
@@ -691,6 +779,15 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     Ok(cases)
 }
 
+/// A case's visible keys: its f32 input is the mask, its u32 one the last visible slot.
+fn visible_of(c: &Case) -> Visible<'_> {
+    let input = |dtype| c.raws().iter().find(|t| t.dtype() == dtype);
+    Visible {
+        mask: input(DType::F32),
+        last_slot: input(DType::U32),
+    }
+}
+
 /// `c.k > 0`: K/V are the first `c.k` rows of longer per-head buffers (a cache's views).
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
@@ -703,7 +800,7 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
         f(0),
         &k,
         &v,
-        c.optional_raw(0),
+        visible_of(c),
         c.scale,
     )?])
 }
@@ -740,7 +837,11 @@ mod tests {
         let kv = Tensor::zeros((1, 1, 5, 8), DType::F32, &device)?;
         let broadcastable = Tensor::zeros((1, 5), DType::F32, &device)?;
         for arm in [Arm::Composed, Arm::Native(Backend::Cpu)] {
-            let err = attention_on(arm, &q, &kv, &kv, Some(&broadcastable), 1.0).unwrap_err();
+            let visible = Visible {
+                mask: Some(&broadcastable),
+                last_slot: None,
+            };
+            let err = attention_on(arm, &q, &kv, &kv, visible, 1.0).unwrap_err();
             assert!(err.to_string().contains("want [3, 5]"), "{arm:?}: {err}");
         }
         Ok(())

@@ -60,6 +60,11 @@ impl Case {
     pub fn optional_raw(&self, i: usize) -> Option<&Tensor> {
         self.raw.get(i)
     }
+
+    /// Every non-float input, in the order given.
+    pub fn raws(&self) -> &[Tensor] {
+        &self.raw
+    }
 }
 
 /// The outcome of checking one arm of one op in one dtype over all its cases.

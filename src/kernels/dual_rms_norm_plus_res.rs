@@ -91,17 +91,21 @@ fn cpu_fwd(residual: &Tensor, x: &Tensor, norms: DualNorms, eps: f64) -> Result<
 }
 
 /// CUDA arm: one block per row, both norms in one pass over the row (src/kernels/cuda/norms.cu);
-/// rows 4,097–6,144 wide take the lean variant, which reads the weights where it uses them.
+/// a decode step's few rows 4,097–8,192 wide take the few-rows variant (more threads, one load
+/// each), and more rows 4,097–6,144 wide the lean one, which reads the weights where it uses them.
 fn native_fwd(
     residual: &Tensor,
     x: &Tensor,
     norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, launch, per_row, per_row_lean, warp_lanes, Arg};
+    use super::native::{empty, launch, per_row, per_row_few, per_row_lean, warp_lanes, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
     let (rows, lanes) = (x.elem_count() / cols, warp_lanes(x.device()));
-    let Some(rows) = per_row_lean(rows, cols, lanes).or_else(|| per_row(rows, cols, lanes)) else {
+    let launch_of = per_row_few(rows, cols, lanes)
+        .or_else(|| per_row_lean(rows, cols, lanes))
+        .or_else(|| per_row(rows, cols, lanes));
+    let Some(rows) = launch_of else {
         return composed(residual, x, norms, eps);
     };
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
@@ -182,12 +186,17 @@ pub const CONTRACT: OpContract = OpContract {
 
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "rows up to 4096 wide, and 6145 to 8192",
+        shapes: "rows up to 4096 wide, and more than 8 rows 6145 to 8192 wide",
         path: "native: one block per row, the row and both weights held in registers (CUDA); one pass per row (CPU)",
-        case: "[2, 8192]",
+        case: "[12, 8192]",
     },
     ShapePath {
-        shapes: "rows 4097 to 6144 wide (31B's 5376)",
+        shapes: "up to 8 rows 4097 to 8192 wide (a decode step's 31B rows)",
+        path: "native: one block per row of up to 1024 threads, one 16-byte load each of the row and both weights (CUDA); one pass per row (CPU)",
+        case: "[1, 5376]",
+    },
+    ShapePath {
+        shapes: "more than 8 rows 4097 to 6144 wide (31B's prefill)",
         path: "native: one block per row sized to it, the row in registers and the weights read where used (CUDA); one pass per row (CPU)",
         case: "[64, 5376]",
     },
@@ -207,8 +216,10 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (3, 257, 0.375),
         (2, 8192, 1.0),
         (2, 8192, 0.375),
+        (12, 8192, 1.0),
         (1, 8200, 1.0),
         (1, 8200, 0.375),
+        (1, 5376, 1.0),
         (2, 5376, 0.375),
         (64, 5376, 1.0),
         (5, 2560, 1.0),

@@ -1,7 +1,8 @@
 //! The inputs of a device-resident decode step. Everything that changes from one token to the
 //! next (the token, its position, its ring slot) lives in one small device buffer that the host
-//! overwrites before each step; everything derived from it (RoPE rows, masks, cache slots) is
-//! computed on the device inside the step. A per-layer embedding table kept in host memory
+//! overwrites before each step; everything derived from it (RoPE rows, cache slots) is
+//! computed on the device inside the step, and attention reads the position itself as the last
+//! visible slot. A per-layer embedding table kept in host memory
 //! adds one more input: the token's row, copied into a buffer of the step. So the step issues the same launches with the same
 //! arguments every time, which is what lets CUDA capture it once and replay it (see
 //! `session.rs`), and on other devices it is the same computation run directly.
@@ -31,36 +32,19 @@ pub struct DeviceStep {
     window: usize,
     /// Per layer kind, indexed by `LayerKind as usize`.
     kinds: [KindBuffers; 2],
-    masks: [MaskParts; 2],
     /// `[1, L·Dp]`: the token's per-layer row, when the table is in host memory.
     ple_row: Option<Tensor>,
-}
-
-/// What one kind's mask is selected from: key slot numbers `0..keys` (u32), and the values of
-/// open and hidden slots.
-struct MaskParts {
-    slots: Tensor,
-    open: Tensor,
-    hidden: Tensor,
-}
-
-impl MaskParts {
-    fn new(keys: usize, device: &Device) -> Result<MaskParts> {
-        Ok(MaskParts {
-            slots: Tensor::arange(0u32, keys as u32, device)?,
-            open: Tensor::zeros(keys, DType::F32, device)?,
-            hidden: Tensor::from_vec(vec![f32::NEG_INFINITY; keys], keys, device)?,
-        })
-    }
 }
 
 /// What a step computes once per layer kind from the device-held position.
 pub struct KindInputs {
     pub cos: Tensor,
     pub sin: Tensor,
-    /// `[1, keys]`: 0 for slots at or before the position, −∞ after it. In a ring every
-    /// filled slot is within the window, and unfilled slots come after the position.
-    pub mask: Tensor,
+    /// The cache slots the step attends over (the kind's buffer length).
+    pub keys: usize,
+    /// The last slot a query sees (u32 `[1]`): the position. Slots past it are empty: in a ring
+    /// every filled slot is within the window, and unfilled slots come after the position.
+    pub last_visible: Tensor,
     /// The cache slot this token's K/V go to (u32 `[1]`): the position, or position mod W.
     pub slot: Tensor,
 }
@@ -76,10 +60,6 @@ impl DeviceStep {
         Ok(DeviceStep {
             inputs: Tensor::zeros(INPUTS, DType::U32, device)?,
             window,
-            masks: [
-                MaskParts::new(sliding.keys, device)?,
-                MaskParts::new(full.keys, device)?,
-            ],
             kinds: [sliding, full],
             ple_row: ple_row
                 .map(|(dtype, len)| Tensor::zeros((1, len), dtype, device))
@@ -123,21 +103,15 @@ impl DeviceStep {
         self.ple_row.as_ref()
     }
 
-    /// RoPE rows, mask and write slot of `kind` for this step, computed on the device.
+    /// RoPE rows, last visible slot and write slot of `kind` for this step, on the device.
     pub fn kind_inputs(&self, kind: LayerKind) -> candle_core::Result<KindInputs> {
         let k = kind as usize;
         let position = self.input(POSITION)?;
-        let keys = self.kinds[k].keys;
-        let parts = &self.masks[k];
-        let mask = parts
-            .slots
-            .le(&position.broadcast_as(keys)?)?
-            .where_cond(&parts.open, &parts.hidden)?
-            .reshape((1, keys))?;
         Ok(KindInputs {
             cos: self.kinds[k].rope_cos.index_select(&position, 0)?,
             sin: self.kinds[k].rope_sin.index_select(&position, 0)?,
-            mask,
+            keys: self.kinds[k].keys,
+            last_visible: position.clone(),
             slot: match kind {
                 LayerKind::Full => position,
                 LayerKind::Sliding => self.input(RING_SLOT)?,

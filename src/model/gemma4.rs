@@ -10,7 +10,7 @@ use super::source::ModelSource;
 use super::tensor_parallel::{self, AllReduce, Peers, Shard};
 use super::weights::{Checkpoint, Part, Take};
 use crate::kernels::{
-    attention::attention,
+    attention::{attention, Visible},
     dual_rms_norm_plus_res::{dual_rms_norm_plus_res, DualNorms},
     linear::linear,
     linear_gelu_mul::Up,
@@ -602,7 +602,7 @@ impl Gemma4 {
                     bail!("internal: layer {i} owns its K/V but has no projections")
                 }
             };
-            let attn = attention(&q, &k, &v, positions.mask(kind), 1.0)?;
+            let attn = attention(&q, &k, &v, positions.visible(kind), 1.0)?;
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
             let attn = self.summed(layer.o_proj.forward(&attn)?)?;
             let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
@@ -744,9 +744,9 @@ impl Positions<'_> {
                 Ok(attend)
             }
             Positions::Device { kinds, .. } => {
-                // The step attends over the keys its mask covers; an eager prefill may have
-                // grown the buffers past them, and masked-off keys still cost a graph step time.
-                let keys = kinds[kind as usize].mask.dim(1)?;
+                // The step attends over its kind's buffer length; an eager prefill may have
+                // grown the buffers past it.
+                let keys = kinds[kind as usize].keys;
                 Ok(AttendKv {
                     k: k.narrow(2, 0, keys)?,
                     v: v.narrow(2, 0, keys)?,
@@ -756,11 +756,18 @@ impl Positions<'_> {
         }
     }
 
-    /// The additive mask of `kind`'s layers (set by the kind's first `store`), if any.
-    fn mask(&self, kind: LayerKind) -> Option<&Tensor> {
+    /// The keys `kind`'s layers see: host positions' additive mask (set by the kind's first
+    /// `store`), if any; a device-held position as the last visible slot.
+    fn visible(&self, kind: LayerKind) -> Visible<'_> {
         match self {
-            Positions::Host { masks, .. } => masks[kind as usize].as_ref().and_then(Option::as_ref),
-            Positions::Device { kinds, .. } => Some(&kinds[kind as usize].mask),
+            Positions::Host { masks, .. } => Visible {
+                mask: masks[kind as usize].as_ref().and_then(Option::as_ref),
+                last_slot: None,
+            },
+            Positions::Device { kinds, .. } => Visible {
+                mask: None,
+                last_slot: Some(&kinds[kind as usize].last_visible),
+            },
         }
     }
 }

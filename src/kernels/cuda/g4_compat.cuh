@@ -103,7 +103,9 @@ __device__ __forceinline__ float g4_warp_sum(float v) {
     return v;
 }
 
-// Sum over a block (any size up to 1024 threads, a multiple of the warp size).
+// Sum over a block (any size up to 1024 threads, a multiple of the warp size). Every warp sums
+// the warps' partials at once, a lane each and shuffles: a walk over them one after another was
+// up to 32 dependent shared-memory loads, on the critical path of a decode step's one-row norms.
 __device__ __forceinline__ float g4_block_sum(float v) {
     __shared__ float partial[32];
     const int warp_size = warpSize;
@@ -112,8 +114,7 @@ __device__ __forceinline__ float g4_block_sum(float v) {
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     const int warps = (blockDim.x + warp_size - 1) / warp_size;
-    float total = 0.0f;
-    for (int i = 0; i < warps; ++i) total += partial[i];
+    const float total = g4_warp_sum(lane < warps ? partial[lane] : 0.0f);
     __syncthreads();
     return total;
 }

@@ -484,9 +484,24 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
         moe_output<T, V>(residual, dense, experts, w1, w2, w3, w4, out, next, cols, output_scale, eps);     \
     }
 #define G4_LEAN_NORM_MAX_THREADS 384
+// dual_rms_norm_plus_res for up to 8 rows 4,097–8,192 wide (a decode step's 31B rows of 5,376),
+// `_few_rows`: V = 8 over up to 1,024 threads, one 16-byte load per thread and input, the
+// weights loaded before the wait. A decode step's norm is one block alone on the GPU between two
+// GEMVs, so its length is its latency: `_wide_lean` (the weights read after each reduction) took
+// 5.1 µs of a 31B step's layer, this 2.5 (scripts/kernel-bench/chain_bench, with the shuffled
+// block sums). Many rows keep `_wide_lean`: 1,024-thread blocks would hold one row per
+// multiprocessor.
+#define G4_FEW_ROWS_NORM_MAX_THREADS 1024
 #define G4_NORMS(NAME, T)                                                                                   \
     G4_NORM_KERNELS(NAME, T, 8, )                                                                           \
     G4_NORM_KERNELS(NAME, T, 16, _wide)                                                                     \
+    extern "C" __global__ void __launch_bounds__(G4_FEW_ROWS_NORM_MAX_THREADS)                              \
+        g4_dual_rms_norm_plus_res_few_rows_##NAME(const T* residual, const T* x, const T* w1, const T* w2,  \
+                                                  T* out_residual, T* out_y, int cols, float residual_scale, \
+                                                  float eps) {                                              \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                         \
+        dual_rms_norm_plus_res<T, 8>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps);  \
+    }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_LEAN_NORM_MAX_THREADS, 3)                               \
         g4_dual_rms_norm_plus_res_wide_lean_##NAME(const T* residual, const T* x, const T* w1, const T* w2, \
                                                    T* out_residual, T* out_y, int cols, float residual_scale, \

@@ -358,20 +358,33 @@ const ROW_MAX_THREADS: usize = 512;
 /// A launch of a norm kernel: one block per row, and the register budget the row needs.
 pub struct RowLaunch {
     pub grid: Grid,
-    /// More than `ROW_VALUES_PER_THREAD` values per thread: the kernel's `_wide` variant.
-    wide: bool,
-    /// The wide row held with the weights read where used: the `_wide_lean` variant.
-    lean: bool,
+    variant: RowVariant,
+}
+
+/// Which of a norm kernel's variants (norms.cu) holds the row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowVariant {
+    /// `ROW_VALUES_PER_THREAD` values a thread.
+    Plain,
+    /// `ROW_VALUES_MAX` values a thread: `_wide`.
+    Wide,
+    /// The wide row held with the weights read where used: `_wide_lean`.
+    WideLean,
+    /// A few wide rows at `ROW_VALUES_PER_THREAD` values a thread over up to
+    /// `FEW_ROWS_MAX_THREADS`: `_few_rows`.
+    FewRows,
 }
 
 impl RowLaunch {
-    /// `g4_<kernel>[_wide[_lean]]_<dtype>`.
+    /// `g4_<kernel>[_wide[_lean]|_few_rows]_<dtype>`.
     pub fn kernel(&self, kernel: &str, dtype: DType) -> Result<String> {
-        match (self.wide, self.lean) {
-            (true, true) => kernel_name(&format!("{kernel}_wide_lean"), dtype),
-            (true, false) => kernel_name(&format!("{kernel}_wide"), dtype),
-            (false, _) => kernel_name(kernel, dtype),
-        }
+        let suffix = match self.variant {
+            RowVariant::Plain => "",
+            RowVariant::Wide => "_wide",
+            RowVariant::WideLean => "_wide_lean",
+            RowVariant::FewRows => "_few_rows",
+        };
+        kernel_name(&format!("{kernel}{suffix}"), dtype)
     }
 }
 
@@ -383,13 +396,17 @@ pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
         .div_ceil(ROW_VALUES_PER_THREAD)
         .next_power_of_two()
         .clamp(lanes, ROW_MAX_THREADS);
+    let wide = cols > threads * ROW_VALUES_PER_THREAD;
     (cols <= threads * ROW_VALUES_MAX).then_some(RowLaunch {
         grid: Grid {
             blocks: rows as u32,
             threads: threads as u32,
         },
-        wide: cols > threads * ROW_VALUES_PER_THREAD,
-        lean: false,
+        variant: if wide {
+            RowVariant::Wide
+        } else {
+            RowVariant::Plain
+        },
     })
 }
 
@@ -407,8 +424,29 @@ pub fn per_row_lean(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch>
             blocks: rows as u32,
             threads: threads as u32,
         },
-        wide: true,
-        lean: true,
+        variant: RowVariant::WideLean,
+    })
+}
+
+/// Rows a launch may have to take the `_few_rows` variant: a decode step's, or a short prefill
+/// piece's.
+const FEW_ROWS: usize = 8;
+/// The few-rows norm's launch bound (`G4_FEW_ROWS_NORM_MAX_THREADS`).
+const FEW_ROWS_MAX_THREADS: usize = 1024;
+
+/// The `_few_rows` launch for up to [`FEW_ROWS`] rows 4,097–8,192 wide, for kernels that have
+/// that variant: one block per row of `ROW_VALUES_PER_THREAD` values a thread, whole warps of
+/// `lanes`. A decode step's norm runs alone between two GEMVs, so its length is latency: one
+/// load per thread and input, and more threads reducing at once. `None` for other rows.
+pub fn per_row_few(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
+    let threads = cols.div_ceil(ROW_VALUES_PER_THREAD).next_multiple_of(lanes);
+    let wide = cols > ROW_MAX_THREADS * ROW_VALUES_PER_THREAD;
+    (rows <= FEW_ROWS && wide && threads <= FEW_ROWS_MAX_THREADS).then_some(RowLaunch {
+        grid: Grid {
+            blocks: rows as u32,
+            threads: threads as u32,
+        },
+        variant: RowVariant::FewRows,
     })
 }
 
@@ -424,8 +462,11 @@ pub fn per_warp(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
             WARP_ROW_BLOCK_THREADS / lanes,
             lanes,
         ),
-        wide: cols > lanes * ROW_VALUES_PER_THREAD,
-        lean: false,
+        variant: if cols > lanes * ROW_VALUES_PER_THREAD {
+            RowVariant::Wide
+        } else {
+            RowVariant::Plain
+        },
     })
 }
 
@@ -681,6 +722,14 @@ mod tests {
         }
     }
 
+    /// The row values a thread of `launch`'s kernel variant holds.
+    fn values_per_thread(launch: &super::RowLaunch) -> usize {
+        match launch.variant {
+            super::RowVariant::Plain | super::RowVariant::FewRows => super::ROW_VALUES_PER_THREAD,
+            super::RowVariant::Wide | super::RowVariant::WideLean => super::ROW_VALUES_MAX,
+        }
+    }
+
     /// The norm kernels' blocks are whole warps on any width and hold their row.
     #[test]
     fn a_row_block_is_whole_warps_on_any_warp_width() {
@@ -692,13 +741,12 @@ mod tests {
                     threads.is_multiple_of(lanes) && threads <= 512,
                     "{cols} {lanes}"
                 );
-                let values = if launch.wide {
-                    super::ROW_VALUES_MAX
-                } else {
-                    super::ROW_VALUES_PER_THREAD
-                };
-                assert!(cols <= threads * values, "{cols} {lanes}");
-                assert_eq!(launch.wide, cols > 4096, "{cols} {lanes}");
+                assert!(
+                    cols <= threads * values_per_thread(&launch),
+                    "{cols} {lanes}"
+                );
+                let wide = launch.variant == super::RowVariant::Wide;
+                assert_eq!(wide, cols > 4096, "{cols} {lanes}");
             }
             assert!(super::per_row(1, 8200, lanes).is_none());
         }
@@ -733,6 +781,35 @@ mod tests {
         }
     }
 
+    /// The few-rows launch takes up to 8 rows 4,097–8,192 wide, each in one block of whole warps
+    /// that holds it, and leaves every other row to the launches before it.
+    #[test]
+    fn a_few_rows_launch_takes_a_decode_steps_wide_rows() {
+        for lanes in WARP_WIDTHS {
+            for rows in [1, 3, 8, 9, 64] {
+                for cols in [2560, 4096, 4097, 5376, 6144, 8192, 8200] {
+                    let few = super::per_row_few(rows, cols, lanes);
+                    assert_eq!(
+                        few.is_some(),
+                        rows <= 8 && (4097..=8192).contains(&cols),
+                        "{rows} {cols} {lanes}"
+                    );
+                    let Some(launch) = few else { continue };
+                    assert_eq!(
+                        launch
+                            .kernel("dual_rms_norm_plus_res", DType::BF16)
+                            .unwrap(),
+                        "g4_dual_rms_norm_plus_res_few_rows_bf16"
+                    );
+                    let threads = launch.grid.threads as usize;
+                    assert!(threads.is_multiple_of(lanes) && threads <= 1024);
+                    assert!(cols <= threads * values_per_thread(&launch));
+                    assert_eq!(launch.grid.blocks as usize, rows);
+                }
+            }
+        }
+    }
+
     /// A warp-per-row launch covers every row with whole warps and holds each row in a warp.
     #[test]
     fn a_warp_row_launch_holds_its_rows_on_any_warp_width() {
@@ -752,11 +829,7 @@ mod tests {
                     (launch.grid.blocks as usize - 1) * warps < rows,
                     "{rows} {lanes}"
                 );
-                let values = match launch.wide {
-                    true => super::ROW_VALUES_MAX,
-                    false => super::ROW_VALUES_PER_THREAD,
-                };
-                assert!(cols <= lanes * values, "{cols} {lanes}");
+                assert!(cols <= lanes * values_per_thread(&launch), "{cols} {lanes}");
             }
         }
     }
