@@ -10,7 +10,7 @@
 // (`last_visible`, optional) are hidden too, and the chunks cut only the keys up to it: the
 // visible keys of a mostly-empty cache buffer spread over every chunk, instead of filling the
 // first few while the rest walk hidden keys (31B, 64 of a sliding ring's 1,024 rows visible:
-// 8.4 µs less a layer, scripts/kernel-bench/chain_bench). Lanes load
+// 9.7 µs less a layer, scripts/kernel-bench/chain_bench). Lanes load
 // K/V rows 16 bytes at a time where the rows allow it (VectorRow below), else element by element.
 #include "g4_compat.cuh"
 #include "mma.cuh"

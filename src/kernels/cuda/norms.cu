@@ -487,10 +487,10 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
 // dual_rms_norm_plus_res for up to 8 rows 4,097–8,192 wide (a decode step's 31B rows of 5,376),
 // `_few_rows`: V = 8 over up to 1,024 threads, one 16-byte load per thread and input, the
 // weights loaded before the wait. A decode step's norm is one block alone on the GPU between two
-// GEMVs, so its length is its latency: `_wide_lean` (the weights read after each reduction) took
-// 5.1 µs of a 31B step's layer, this 2.5 (scripts/kernel-bench/chain_bench, with the shuffled
-// block sums). Many rows keep `_wide_lean`: 1,024-thread blocks would hold one row per
-// multiprocessor.
+// GEMVs, so its length is its latency: in a chain of 31B's decode layers `_wide_lean` (the weights
+// read after each reduction) added 4.6 µs a launch, this 2.2, an empty kernel 0.25
+// (scripts/kernel-bench/chain_bench). Many rows keep `_wide_lean`: 1,024-thread blocks would hold
+// one row per multiprocessor.
 #define G4_FEW_ROWS_NORM_MAX_THREADS 1024
 #define G4_NORMS(NAME, T)                                                                                   \
     G4_NORM_KERNELS(NAME, T, 8, )                                                                           \
