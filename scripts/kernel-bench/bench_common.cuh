@@ -72,6 +72,22 @@ static double e4m3_value(uint8_t bits) {
     return sign * ldexp(1.0 + mantissa / 8.0, exponent - 7);
 }
 
+// Launches `kernel` as native/cuda.rs launches g4's kernels: with programmatic stream
+// serialization where `overlap` (each kernel may start while the one before it finishes).
+template <typename Kernel, typename... Args>
+void launch_kernel(bool overlap, cudaStream_t stream, int blocks, int threads, Kernel kernel, Args... args) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = blocks;
+    config.blockDim = threads;
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = overlap ? 1 : 0;
+    CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
 // A projection's weight: n rows of k.
 struct Shape {
     const char* name;

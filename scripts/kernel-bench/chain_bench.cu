@@ -12,20 +12,8 @@
 #include "../../src/kernels/cuda/attention.cu"
 
 // A stage's placeholder: one block that only takes its place in the dependency chain.
-__global__ void empty_stage() { G4_KERNEL_START(); }
-
-template <typename Kernel, typename... Args>
-void launch(cudaStream_t stream, int blocks, int threads, Kernel kernel, Args... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = blocks;
-    config.blockDim = threads;
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+__global__ void empty_stage() {
+    G4_KERNEL_START();
 }
 
 enum Norm { NORM_FEW_ROWS, NORM_LEAN, NORM_NONE, NORM_EMPTY, NORM_WIDE };
@@ -45,10 +33,11 @@ int main() {
     for (int l = 0; l < layers; ++l) {
         wq[l] = bench.filled(qkv_w), wo[l] = bench.filled(o_w), wgu[l] = bench.filled(gate_up_w);
         wd[l] = bench.filled(down_w);
-        kc[l] = bench.filled((size_t)kv_heads * cache_rows * d), vc[l] = bench.filled((size_t)kv_heads * cache_rows * d);
+        kc[l] = bench.filled((size_t)kv_heads * cache_rows * d),
+        vc[l] = bench.filled((size_t)kv_heads * cache_rows * d);
     }
     bf *x = bench.filled(hidden), *normed = bench.filled(hidden), *qkv = bench.filled(qkv_rows);
-    bf *q = bench.filled(attn_cols), *k_new = bench.filled(kv_heads * d), *v_new = bench.filled(kv_heads * d);
+    bf* q = bench.filled(attn_cols);
     bf *attn = bench.filled(attn_cols), *o = bench.filled(hidden), *res = bench.filled(hidden);
     bf *act = bench.filled(width), *down = bench.filled(hidden), *norm_w = bench.filled(hidden);
     bf* head_norm_w = bench.filled(d);
@@ -74,41 +63,52 @@ int main() {
 
     auto norm = [&](Norm kind, const bf* branch, bf* out_res, bf* out_y) {
         auto dual = [&](auto kernel, int threads) {
-            launch(bench.stream, 1, threads, kernel, (const bf*)res, branch, (const bf*)norm_w, (const bf*)norm_w,
-                   out_res, out_y, hidden, 1.0f, 1e-6f);
+            launch_kernel(true, bench.stream, 1, threads, kernel, (const bf*)res, branch, (const bf*)norm_w,
+                          (const bf*)norm_w, out_res, out_y, hidden, 1.0f, 1e-6f);
         };
         switch (kind) {
-        case NORM_NONE: return;
-        case NORM_EMPTY: return launch(bench.stream, 1, 352, empty_stage);
-        case NORM_FEW_ROWS: return dual(g4_dual_rms_norm_plus_res_few_rows_bf16, hidden / 8);
-        case NORM_LEAN: return dual(g4_dual_rms_norm_plus_res_wide_lean_bf16, 352);
-        case NORM_WIDE: return dual(g4_dual_rms_norm_plus_res_wide_bf16, 512);
+            case NORM_NONE:
+                return;
+            case NORM_EMPTY:
+                return launch_kernel(true, bench.stream, 1, 352, empty_stage);
+            case NORM_FEW_ROWS:
+                return dual(g4_dual_rms_norm_plus_res_few_rows_bf16, hidden / 8);
+            case NORM_LEAN:
+                return dual(g4_dual_rms_norm_plus_res_wide_lean_bf16, 352);
+            case NORM_WIDE:
+                return dual(g4_dual_rms_norm_plus_res_wide_bf16, 512);
         }
     };
     auto step = [&](Norm norm_kind, Attn attn_kind) {
         for (int l = 0; l < layers; ++l) {
-            launch(bench.stream, qkv_geo.first, 128, g4_linear_one_row_bf16, (const bf*)normed, (const bf*)wq[l], qkv,
-                   1, qkv_rows, hidden, qkv_geo.second);
+            launch_kernel(true, bench.stream, qkv_geo.first, 128, g4_linear_one_row_bf16, (const bf*)normed,
+                          (const bf*)wq[l], qkv, 1, qkv_rows, hidden, qkv_geo.second);
             if (attn_kind != ATTN_NONE && attn_kind != ATTN_NO_ROPE)
-                launch(bench.stream, (heads + 2 * kv_heads + 7) / 8, 256, g4_qkv_norm_rope_bf16, (const bf*)qkv,
-                       (const bf*)head_norm_w, (const bf*)head_norm_w, (const float*)table, (const float*)table, q,
-                       kc[l], vc[l], (const unsigned*)slot, 0, cache_rows, 1, heads, kv_heads, d, 1, 1e-6f);
+                launch_kernel(true, bench.stream, (heads + 2 * kv_heads + 7) / 8, 256, g4_qkv_norm_rope_bf16,
+                              (const bf*)qkv, (const bf*)head_norm_w, (const bf*)head_norm_w, (const float*)table,
+                              (const float*)table, q, kc[l], vc[l], (const unsigned*)slot, 0, cache_rows, 1, heads,
+                              kv_heads, d, 1, 1e-6f);
             if (attn_kind != ATTN_NONE) {
-                const unsigned* last_visible = attn_kind == ATTN_WHOLE_BUFFER ? nullptr : slot;
-                launch(bench.stream, heads * splits, 128, g4_attention_bf16, (const bf*)q, (const bf*)kc[l],
-                       (const bf*)vc[l], (const float*)mask, last_visible, attn, partial_acc, partial_stats, heads,
-                       kv_heads, 1, cache_rows, d, (size_t)cache_rows * d, 0.0625f, splits);
+                // A graph step gives its position as the last visible slot and no mask; stop 42's gave
+                // the mask.
+                const bool whole = attn_kind == ATTN_WHOLE_BUFFER;
+                const float* step_mask = whole ? mask : nullptr;
+                const unsigned* last_visible = whole ? nullptr : slot;
+                launch_kernel(true, bench.stream, heads * splits, 128, g4_attention_bf16, (const bf*)q,
+                              (const bf*)kc[l], (const bf*)vc[l], step_mask, last_visible, attn, partial_acc,
+                              partial_stats, heads, kv_heads, 1, cache_rows, d, (size_t)cache_rows * d, 0.0625f,
+                              splits);
                 if (attn_kind != ATTN_NO_MERGE)
-                    launch(bench.stream, heads * ((d + 127) / 128), 128, g4_attention_merge_bf16,
-                           (const float*)partial_acc, (const float*)partial_stats, attn, d, splits);
+                    launch_kernel(true, bench.stream, heads * ((d + 127) / 128), 128, g4_attention_merge_bf16,
+                                  (const float*)partial_acc, (const float*)partial_stats, attn, d, splits);
             }
-            launch(bench.stream, o_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)attn, (const bf*)wo[l],
-                   o, 1, hidden, attn_cols, o_geo.second);
+            launch_kernel(true, bench.stream, o_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)attn,
+                          (const bf*)wo[l], o, 1, hidden, attn_cols, o_geo.second);
             norm(norm_kind, o, res, normed);
-            launch(bench.stream, gu_blocks, 256, g4_linear_gelu_mul_one_row_bf16, (const bf*)normed,
-                   (const bf*)wgu[l], (const bf*)nullptr, act, 1, width, hidden, gu_wpc);
-            launch(bench.stream, down_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)act, (const bf*)wd[l],
-                   down, 1, hidden, width, down_geo.second);
+            launch_kernel(true, bench.stream, gu_blocks, 256, g4_linear_gelu_mul_one_row_bf16, (const bf*)normed,
+                          (const bf*)wgu[l], (const bf*)nullptr, act, 1, width, hidden, gu_wpc);
+            launch_kernel(true, bench.stream, down_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)act,
+                          (const bf*)wd[l], down, 1, hidden, width, down_geo.second);
             norm(norm_kind, down, x, normed);
         }
     };
@@ -137,9 +137,10 @@ int main() {
     for (int round = 0; round < rounds; ++round)
         for (int i = 0; i < count; ++i)
             us[i].push_back(bench.graph_us(1, [&](int) { step(variants[i].norm, variants[i].attn); }) / layers);
-    printf("| chain (%d layers of 31B, bf16) | µs a layer (median of %d) | min | max | Δ median | weights GB/s |\n"
-           "|---|---:|---:|---:|---:|---:|\n",
-           layers, rounds);
+    printf(
+        "| chain (%d layers of 31B, bf16) | µs a layer (median of %d) | min | max | Δ median | weights GB/s |\n"
+        "|---|---:|---:|---:|---:|---:|\n",
+        layers, rounds);
     double base = 0;
     for (int i = 0; i < count; ++i) {
         std::vector<double> sorted = us[i];

@@ -24,20 +24,6 @@ __global__ void gemv_kernel(const bf* x, const bf* w, bf* y, int n, int k, int w
     gemv<bf, DenseWeights<bf>, 1>(x, w, nullptr, y, 1, n, k, warps_per_col);
 }
 
-template <typename Kernel, typename... Args>
-void launch(bool overlap, cudaStream_t stream, int blocks, int threads, Kernel kernel, Args... args) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = blocks;
-    config.blockDim = threads;
-    config.stream = stream;
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = overlap ? 1 : 0;
-    CHECK(cudaLaunchKernelEx(&config, kernel, args...));
-}
-
 int main() {
     Bench bench;
     struct Projection {
@@ -67,12 +53,12 @@ int main() {
                         while (warps_per_col < wanted) warps_per_col <<= 1;
                         warps_per_col = std::min(warps_per_col, 4);
                         const int blocks = (pr.n + 4 / warps_per_col - 1) / (4 / warps_per_col);
-                        launch(overlap, bench.stream, blocks, 128, gemv_kernel, (const bf*)a, (const bf*)(w + offset),
+                        launch_kernel(overlap, bench.stream, blocks, 128, gemv_kernel, (const bf*)a, (const bf*)(w + offset),
                                b, pr.n, pr.k, warps_per_col);
                         ++launches;
                         offset += (size_t)pr.n * pr.k;
                         for (int s = 0; with_shorts && s < shorts_after[p]; ++s, ++launches)
-                            launch(overlap, bench.stream, 1, 512, row_kernel, (const bf*)b, a, 2560);
+                            launch_kernel(overlap, bench.stream, 1, 512, row_kernel, (const bf*)b, a, 2560);
                     }
             };
             const double us = bench.graph_us(1, step);

@@ -572,13 +572,7 @@ pub const CONTRACT: OpContract = OpContract {
             what: "1/sqrt(d) scaling",
             run: |c| {
                 let d = c.float(0).dim(3)? as f64;
-                Ok(vec![composed(
-                    c.float(0),
-                    c.float(1),
-                    c.float(2),
-                    visible_of(c),
-                    d.powf(-0.5),
-                )?])
+                composed_seeing(c, visible_of(c), d.powf(-0.5))
             },
         },
         Mutant {
@@ -588,13 +582,7 @@ pub const CONTRACT: OpContract = OpContract {
                     mask: None,
                     ..visible_of(c)
                 };
-                Ok(vec![composed(
-                    c.float(0),
-                    c.float(1),
-                    c.float(2),
-                    visible,
-                    c.scale,
-                )?])
+                composed_seeing(c, visible, c.scale)
             },
         },
         Mutant {
@@ -604,17 +592,22 @@ pub const CONTRACT: OpContract = OpContract {
                     last_slot: None,
                     ..visible_of(c)
                 };
-                Ok(vec![composed(
-                    c.float(0),
-                    c.float(1),
-                    c.float(2),
-                    visible,
-                    c.scale,
-                )?])
+                composed_seeing(c, visible, c.scale)
             },
         },
     ],
 };
+
+/// The composed arm over a case's q, k and v, seeing `visible` at `scale` (the mutants).
+fn composed_seeing(c: &Case, visible: Visible, scale: f64) -> Result<Vec<Tensor>> {
+    Ok(vec![composed(
+        c.float(0),
+        c.float(1),
+        c.float(2),
+        visible,
+        scale,
+    )?])
+}
 
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[

@@ -752,6 +752,28 @@ mod tests {
         }
     }
 
+    /// `launch` runs `dual_rms_norm_plus_res`'s `variant` for `rows × cols`: a block per row,
+    /// whole warps of `lanes`, at most `max_threads`, holding the row.
+    fn assert_holds_rows(
+        launch: &super::RowLaunch,
+        variant: &str,
+        (rows, cols): (usize, usize),
+        lanes: usize,
+        max_threads: usize,
+    ) {
+        let name = launch.kernel("dual_rms_norm_plus_res", DType::BF16);
+        let want = format!("g4_dual_rms_norm_plus_res{variant}_bf16");
+        assert_eq!(name.unwrap(), want);
+        let threads = launch.grid.threads as usize;
+        let context = format!("{rows} × {cols} on {lanes} lanes");
+        assert!(
+            threads.is_multiple_of(lanes) && threads <= max_threads,
+            "{context}"
+        );
+        assert!(cols <= threads * values_per_thread(launch), "{context}");
+        assert_eq!(launch.grid.blocks as usize, rows, "{context}");
+    }
+
     /// The lean launch takes exactly the wide rows its bound holds, in whole warps.
     #[test]
     fn a_lean_row_launch_takes_wide_rows_up_to_its_bound() {
@@ -764,18 +786,7 @@ mod tests {
                     "{cols} {lanes}"
                 );
                 if let Some(launch) = lean {
-                    assert_eq!(
-                        launch
-                            .kernel("dual_rms_norm_plus_res", DType::BF16)
-                            .unwrap(),
-                        "g4_dual_rms_norm_plus_res_wide_lean_bf16"
-                    );
-                    let threads = launch.grid.threads as usize;
-                    assert!(
-                        threads.is_multiple_of(lanes) && threads <= 384,
-                        "{cols} {lanes}"
-                    );
-                    assert!(cols <= threads * super::ROW_VALUES_MAX, "{cols} {lanes}");
+                    assert_holds_rows(&launch, "_wide_lean", (3, cols), lanes, 384);
                 }
             }
         }
@@ -794,17 +805,9 @@ mod tests {
                         rows <= 8 && (4097..=8192).contains(&cols),
                         "{rows} {cols} {lanes}"
                     );
-                    let Some(launch) = few else { continue };
-                    assert_eq!(
-                        launch
-                            .kernel("dual_rms_norm_plus_res", DType::BF16)
-                            .unwrap(),
-                        "g4_dual_rms_norm_plus_res_few_rows_bf16"
-                    );
-                    let threads = launch.grid.threads as usize;
-                    assert!(threads.is_multiple_of(lanes) && threads <= 1024);
-                    assert!(cols <= threads * values_per_thread(&launch));
-                    assert_eq!(launch.grid.blocks as usize, rows);
+                    if let Some(launch) = few {
+                        assert_holds_rows(&launch, "_few_rows", (rows, cols), lanes, 1024);
+                    }
                 }
             }
         }
