@@ -19,8 +19,9 @@ __global__ void empty_stage() {
 enum Norm { NORM_FEW_ROWS, NORM_LEAN, NORM_NONE, NORM_EMPTY, NORM_WIDE };
 // How the attention stage runs: g4's (every kernel, 16 chunks cut from the visible slots, which
 // the position on the device bounds), the chunks cut from all 1,024 buffer rows (stop 42's
-// kernel), left out, or without one of its kernels.
-enum Attn { ATTN_ALL, ATTN_WHOLE_BUFFER, ATTN_NONE, ATTN_NO_ROPE, ATTN_NO_MERGE };
+// kernel), left out, one empty kernel in its three kernels' place (what one fused kernel could
+// at best reach), or without one of its kernels.
+enum Attn { ATTN_ALL, ATTN_WHOLE_BUFFER, ATTN_NONE, ATTN_EMPTY, ATTN_NO_ROPE, ATTN_NO_MERGE };
 
 int main() {
     Bench bench;
@@ -83,12 +84,13 @@ int main() {
         for (int l = 0; l < layers; ++l) {
             launch_kernel(true, bench.stream, qkv_geo.first, 128, g4_linear_one_row_bf16, (const bf*)normed,
                           (const bf*)wq[l], qkv, 1, qkv_rows, hidden, qkv_geo.second);
-            if (attn_kind != ATTN_NONE && attn_kind != ATTN_NO_ROPE)
+            if (attn_kind == ATTN_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
+            if (attn_kind != ATTN_NONE && attn_kind != ATTN_EMPTY && attn_kind != ATTN_NO_ROPE)
                 launch_kernel(true, bench.stream, (heads + 2 * kv_heads + 7) / 8, 256, g4_qkv_norm_rope_bf16,
                               (const bf*)qkv, (const bf*)head_norm_w, (const bf*)head_norm_w, (const float*)table,
                               (const float*)table, q, kc[l], vc[l], (const unsigned*)slot, 0, cache_rows, 1, heads,
                               kv_heads, d, 1, 1e-6f);
-            if (attn_kind != ATTN_NONE) {
+            if (attn_kind != ATTN_NONE && attn_kind != ATTN_EMPTY) {
                 // A graph step gives its position as the last visible slot and no mask; stop 42's gave
                 // the mask.
                 const bool whole = attn_kind == ATTN_WHOLE_BUFFER;
@@ -126,6 +128,7 @@ int main() {
         {"norms left out", NORM_NONE, ATTN_ALL},
         {"attention: chunks cut from the whole buffer", NORM_FEW_ROWS, ATTN_WHOLE_BUFFER},
         {"attention stage left out (q/k/v -> o)", NORM_FEW_ROWS, ATTN_NONE},
+        {"attention stage: one empty kernel", NORM_FEW_ROWS, ATTN_EMPTY},
         {"qkv_norm_rope left out", NORM_FEW_ROWS, ATTN_NO_ROPE},
         {"attention merge left out", NORM_FEW_ROWS, ATTN_NO_MERGE},
     };
