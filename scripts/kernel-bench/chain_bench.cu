@@ -95,9 +95,9 @@ int main() {
                 // the mask.
                 const bool whole = attn_kind == ATTN_WHOLE_BUFFER;
                 const float* step_mask = whole ? mask : nullptr;
-                const unsigned* last_visible = whole ? nullptr : slot;
+                const unsigned* last_slot = whole ? nullptr : slot;
                 launch_kernel(true, bench.stream, heads * splits, 128, g4_attention_bf16, (const bf*)q,
-                              (const bf*)kc[l], (const bf*)vc[l], step_mask, last_visible, attn, partial_acc,
+                              (const bf*)kc[l], (const bf*)vc[l], step_mask, last_slot, attn, partial_acc,
                               partial_stats, heads, kv_heads, 1, cache_rows, d, (size_t)cache_rows * d, 0.0625f,
                               splits);
                 if (attn_kind != ATTN_NO_MERGE)

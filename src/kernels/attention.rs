@@ -18,7 +18,7 @@ const OP: Op = Op::Attention;
 /// slots `0..=last_slot`. A graph decode step gives its position as `last_slot` instead of a
 /// mask: a cache buffer's slots past it are empty, and the native kernel then cuts its chunks
 /// from the visible slots alone.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct Visible<'a> {
     pub mask: Option<&'a Tensor>,
     pub last_slot: Option<&'a Tensor>,

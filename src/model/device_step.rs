@@ -44,7 +44,7 @@ pub struct KindInputs {
     pub keys: usize,
     /// The last slot a query sees (u32 `[1]`): the position. Slots past it are empty: in a ring
     /// every filled slot is within the window, and unfilled slots come after the position.
-    pub last_visible: Tensor,
+    pub last_slot: Tensor,
     /// The cache slot this token's K/V go to (u32 `[1]`): the position, or position mod W.
     pub slot: Tensor,
 }
@@ -111,7 +111,7 @@ impl DeviceStep {
             cos: self.kinds[k].rope_cos.index_select(&position, 0)?,
             sin: self.kinds[k].rope_sin.index_select(&position, 0)?,
             keys: self.kinds[k].keys,
-            last_visible: position.clone(),
+            last_slot: position.clone(),
             slot: match kind {
                 LayerKind::Full => position,
                 LayerKind::Sliding => self.input(RING_SLOT)?,

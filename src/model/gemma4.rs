@@ -766,7 +766,7 @@ impl Positions<'_> {
             },
             Positions::Device { kinds, .. } => Visible {
                 mask: None,
-                last_slot: Some(&kinds[kind as usize].last_visible),
+                last_slot: Some(&kinds[kind as usize].last_slot),
             },
         }
     }

@@ -7,7 +7,7 @@
 // K/V may be views into a longer cache: rows are contiguous, heads are `kv_head_stride` elements
 // apart. mask is an optional additive f32 [S, T]; a warp reads 32 mask entries at once and skips
 // the hidden keys without touching K/V. A decode step's keys past its device-held position
-// (`last_visible`, optional) are hidden too, and the chunks cut only the keys up to it: the
+// (`last_slot`, optional) are hidden too, and the chunks cut only the keys up to it: the
 // visible keys of a mostly-empty cache buffer spread over every chunk, instead of filling the
 // first few while the rest walk hidden keys (31B, 64 of a sliding ring's 1,024 rows visible:
 // 9.7 µs less a layer, scripts/kernel-bench/chain_bench). Lanes load
@@ -197,7 +197,7 @@ __device__ __noinline__ void attention_warp(const typename Row::QueryRow* q_row,
 }
 
 template <typename T>
-__device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_visible,
+__device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot,
                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
                                 int keys, int d, size_t kv_head_stride, float scale, int splits) {
     const int warp_size = warpSize;
@@ -207,7 +207,7 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     const int kvh = h / (heads / kv_heads);
     const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
     const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
-    const int seen = last_visible ? (int)min((unsigned)keys, *last_visible + 1u) : keys;
+    const int seen = last_slot ? (int)min((unsigned)keys, *last_slot + 1u) : keys;
     const int chunk = (seen + splits - 1) / splits;
     const int first = split * chunk, end = min(seen, first + chunk);
     const float* mask_row = mask ? mask + (size_t)s * keys : nullptr;
@@ -404,11 +404,11 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
 
 #define G4_ATTENTION(NAME, T)                                                                               \
     extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 2)                                     \
-        g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_visible, \
+        g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
                             T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq, \
                             int keys, int d, size_t kv_head_stride, float scale, int splits) {              \
         G4_KERNEL_START();                                                                                   \
-        attention_chunk<T>(q, k, v, mask, last_visible, out, partial_acc, partial_stats, heads, kv_heads, seq, \
+        attention_chunk<T>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
                            keys, d, kv_head_stride, scale, splits);                                          \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \

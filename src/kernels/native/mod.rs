@@ -417,15 +417,15 @@ const ROW_LEAN_MAX_THREADS: usize = 384;
 /// variant: one block per row sized to hold it at `ROW_VALUES_MAX` values a thread, whole warps
 /// of `lanes`; `None` for rows [`per_row`] takes.
 pub fn per_row_lean(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
-    let threads = cols.div_ceil(ROW_VALUES_MAX).next_multiple_of(lanes);
-    let wide = cols > ROW_MAX_THREADS * ROW_VALUES_PER_THREAD;
-    (wide && threads <= ROW_LEAN_MAX_THREADS).then_some(RowLaunch {
-        grid: Grid {
-            blocks: rows as u32,
-            threads: threads as u32,
-        },
-        variant: RowVariant::WideLean,
-    })
+    let fits = ROW_LEAN_MAX_THREADS;
+    wide_row_launch(
+        rows,
+        cols,
+        lanes,
+        ROW_VALUES_MAX,
+        fits,
+        RowVariant::WideLean,
+    )
 }
 
 /// Rows a launch may have to take the `_few_rows` variant: a decode step's, or a short prefill
@@ -439,14 +439,30 @@ const FEW_ROWS_MAX_THREADS: usize = 1024;
 /// `lanes`. A decode step's norm runs alone between two GEMVs, so its length is latency: one
 /// load per thread and input, and more threads reducing at once. `None` for other rows.
 pub fn per_row_few(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
-    let threads = cols.div_ceil(ROW_VALUES_PER_THREAD).next_multiple_of(lanes);
+    let (values, fits) = (ROW_VALUES_PER_THREAD, FEW_ROWS_MAX_THREADS);
+    (rows <= FEW_ROWS)
+        .then(|| wide_row_launch(rows, cols, lanes, values, fits, RowVariant::FewRows))
+        .flatten()
+}
+
+/// One block per row of a row wider than [`per_row`]'s plain blocks hold, sized to it at
+/// `values` a thread in whole warps of `lanes`, where that is at most `max_threads`.
+fn wide_row_launch(
+    rows: usize,
+    cols: usize,
+    lanes: usize,
+    values: usize,
+    max_threads: usize,
+    variant: RowVariant,
+) -> Option<RowLaunch> {
+    let threads = cols.div_ceil(values).next_multiple_of(lanes);
     let wide = cols > ROW_MAX_THREADS * ROW_VALUES_PER_THREAD;
-    (rows <= FEW_ROWS && wide && threads <= FEW_ROWS_MAX_THREADS).then_some(RowLaunch {
+    (wide && threads <= max_threads).then_some(RowLaunch {
         grid: Grid {
             blocks: rows as u32,
             threads: threads as u32,
         },
-        variant: RowVariant::FewRows,
+        variant,
     })
 }
 
