@@ -9,12 +9,19 @@
 //               vectors, lo first so that hi's accumulates onto it (C = D, beta 1)
 //   fp8 x1      the hi term alone (W8A8 as vLLM runs it): the speed such a GEMM could reach,
 //               at e4m3's precision for the activations
+//   slices      dequant_fp8_channel and the bf16 GEMM over S slices of the weight's rows in
+//               turn, through one scratch slice small enough to stay in L2 (the GEMM reads the
+//               dequantised slice from L2 instead of HBM)
+//   wgmma       fp8_wgmma_candidate.cuh: e4m3 widened to bf16 in registers on its way into
+//               Hopper's bf16 tensor cores, the row scales in the epilogue (not yet run: stop 44
+//               had no GPU)
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
 // are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
 #include <dlfcn.h>
 #include <cuda_fp8.h>
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
+#include "fp8_wgmma_candidate.cuh"
 
 enum : int {
     COMPUTE_32F = 68,
@@ -77,7 +84,9 @@ struct Gemm {
     HeuristicResult plan;
     int status = -1;
 
-    Gemm(Lt* lt, int input_type, int m, int n, int k, const float* w_scale, const float* x_scale) : lt(lt) {
+    // `ldy`: Y's row pitch, n unless Y's columns are a slice of a wider Y.
+    Gemm(Lt* lt, int input_type, int m, int n, int k, const float* w_scale, const float* x_scale, int ldy = 0)
+        : lt(lt) {
         const int trans = 1, no_trans = 0;
         if (lt->desc_create(&desc, COMPUTE_32F, CUDA_R_32F) != 0) return;
         lt->desc_set(desc, DESC_TRANSA, &trans, 4);
@@ -91,7 +100,7 @@ struct Gemm {
         }
         lt->layout_create(&a_layout, input_type, k, n, k);
         lt->layout_create(&b_layout, input_type, k, m, k);
-        lt->layout_create(&d_layout, CUDA_R_16BF, n, m, n);
+        lt->layout_create(&d_layout, CUDA_R_16BF, n, m, ldy > 0 ? ldy : n);
         void* pref;
         lt->pref_create(&pref);
         const size_t workspace = Lt::WORKSPACE;
@@ -142,7 +151,9 @@ int main() {
         printf("libcublasLt.so.13 not loaded\n");
         return 1;
     }
-    const int m = 512, checked_rows = 16;
+    // Checked rows of Y: 33 apart, so every tile of X rows and every row within a swizzle atom
+    // (r % 8) is among them.
+    const int m = 512, checked_rows = 16, checked_stride = 33;
     printf("%-8s %-34s %10s %10s %12s %12s\n", "proj", "path", "µs", "TFLOP/s", "rel RMS err", "max rel err");
     for (const Shape shape : {Shape{"qkv", 3072, 2560}, Shape{"o", 2560, 2048}, Shape{"gate_up", 20480, 2560},
                               Shape{"down", 2560, 10240}}) {
@@ -172,7 +183,7 @@ int main() {
             memcpy(&bits, &v, 4);
             x[i] = (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
         }
-        // The f64 reference over the first rows.
+        // The f64 reference over the checked rows.
         std::vector<double> want(checked_rows * (size_t)n);
         std::vector<float> w_value(256);
         for (int b = 0; b < 256; ++b) w_value[b] = e4m3_value((uint8_t)b);
@@ -180,7 +191,8 @@ int main() {
             for (int c = 0; c < n; ++c) {
                 double sum = 0;
                 for (int i = 0; i < k; ++i)
-                    sum += (double)bf16_bits_to_float(x[r * (size_t)k + i]) * w_value[w[c * (size_t)k + i]];
+                    sum += (double)bf16_bits_to_float(x[r * checked_stride * (size_t)k + i]) *
+                           w_value[w[c * (size_t)k + i]];
                 want[r * (size_t)n + c] = sum * w_scale[c];
             }
         uint8_t* w_dev = bench.alloc<uint8_t>(w.size());
@@ -201,8 +213,18 @@ int main() {
         dequant();
         bench.sync();
         const double flops = 2.0 * m * n * k;
+        // Every path starts from a Y of NaNs (0xFFFF), so one that writes nothing cannot pass on
+        // the output of the path before it.
+        auto timed = [&](const std::function<void(int)>& launch) {
+            CHECK(cudaMemset(y, 0xFF, m * (size_t)n * 2));
+            return bench.graph_us(10, launch);
+        };
         auto report = [&](const char* path, double us) {
-            const std::vector<uint16_t> got = bench.download(y, checked_rows * (size_t)n);
+            const std::vector<uint16_t> all = bench.download(y, m * (size_t)n);
+            std::vector<uint16_t> got;
+            for (int r = 0; r < checked_rows; ++r)
+                got.insert(got.end(), all.begin() + r * checked_stride * (size_t)n,
+                           all.begin() + (r * checked_stride + 1) * (size_t)n);
             double err2 = 0, ref2 = 0, worst = 0;
             for (size_t i = 0; i < got.size(); ++i) {
                 const double d = bf16_bits_to_float(got[i]) - want[i];
@@ -221,28 +243,56 @@ int main() {
         int status = 0;
         if (bf16_gemm.status == 0) {
             auto run = [&](int) { status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream); };
-            const double us = bench.graph_us(10, run);
+            const double us = timed(run);
             report("bf16 (weights dequantised once)", us);
-            const double with_dequant = bench.graph_us(10, [&](int i) {
+            const double with_dequant = timed([&](int i) {
                 dequant();
                 run(i);
             });
             report("dequant + bf16 (g4 today)", with_dequant);
         }
+        for (const int slices : {2, 4, 8}) {
+            const int rows = n / slices;
+            if (n % slices != 0 || rows % 128 != 0) continue;
+            Gemm slice_gemm(&lt, CUDA_R_16BF, m, rows, k, nullptr, nullptr, n);
+            if (slice_gemm.status != 0) continue;
+            const double us = timed([&](int) {
+                for (int s = 0; s < slices; ++s) {
+                    const size_t first = (size_t)s * rows;
+                    g4_dequant_fp8_channel_bf16<<<bench.sms * 8, 256, 0, bench.stream>>>(
+                        w_dev + first * k, w_scale_dev + first, dense, rows, k);
+                    status |= slice_gemm.run(dense, x_dev, y + first, 1.0f, 0.0f, bench.stream);
+                }
+            });
+            char path[64];
+            snprintf(path, sizeof path, "slices: %d × dequant + bf16", slices);
+            report(path, us);
+        }
+        auto wgmma = [&](auto kernel, int bn, int shared_bytes, const char* path) {
+            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+            const dim3 grid((m + bn - 1) / bn, n / G4_WGMMA_BM);
+            const double us = timed([&](int) {
+                kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(w_dev, w_scale_dev, x_dev, y, m, n, k);
+            });
+            report(path, us);
+        };
+        wgmma(fp8_wgmma_gemm<128, 4>, 128, fp8_wgmma_shared_bytes<128, 4>(), "wgmma e4m3→bf16, 128 × 128, 4 stages");
+        wgmma(fp8_wgmma_gemm<128, 3>, 128, fp8_wgmma_shared_bytes<128, 3>(), "wgmma e4m3→bf16, 128 × 128, 3 stages");
+        wgmma(fp8_wgmma_gemm<256, 4>, 256, fp8_wgmma_shared_bytes<256, 4>(), "wgmma e4m3→bf16, 128 × 256, 4 stages");
         auto split = [&] {
             split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);
             // lo's scale is hi's / 16: the same row vector, scaled once on the device.
             scale_by<<<(m + 255) / 256, 256, 0, bench.stream>>>(x_scale, x_scale_lo, m, 1.0f / 16.0f);
         };
         if (fp8_gemm.status == 0 && fp8_gemm_lo.status == 0) {
-            report("split alone (m rows)", bench.graph_us(10, [&](int) { split(); }));
-            const double two = bench.graph_us(10, [&](int) {
+            printf("%-8s %-34s %10.1f\n", shape.name, "split alone (m rows)", timed([&](int) { split(); }));
+            const double two = timed([&](int) {
                 split();
                 status |= fp8_gemm_lo.run(w_dev, lo, y, 1.0f, 0.0f, bench.stream);
                 status |= fp8_gemm.run(w_dev, hi, y, 1.0f, 1.0f, bench.stream);
             });
             report("fp8 x2: split + lo + hi GEMMs", two);
-            const double one = bench.graph_us(10, [&](int) {
+            const double one = timed([&](int) {
                 split();
                 status |= fp8_gemm.run(w_dev, hi, y, 1.0f, 0.0f, bench.stream);
             });
