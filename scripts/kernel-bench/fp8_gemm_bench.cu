@@ -276,9 +276,11 @@ int main() {
             });
             report(path, us);
         };
-        wgmma(fp8_wgmma_gemm<128, 4>, 128, fp8_wgmma_shared_bytes<128, 4>(), "wgmma e4m3→bf16, 128 × 128, 4 stages");
-        wgmma(fp8_wgmma_gemm<128, 3>, 128, fp8_wgmma_shared_bytes<128, 3>(), "wgmma e4m3→bf16, 128 × 128, 3 stages");
-        wgmma(fp8_wgmma_gemm<256, 4>, 256, fp8_wgmma_shared_bytes<256, 4>(), "wgmma e4m3→bf16, 128 × 256, 4 stages");
+        wgmma(fp8_wgmma_gemm<128, 4, false>, 128, fp8_wgmma_shared_bytes<128, 4>(), "wgmma 128×128, 4 stages");
+        wgmma(fp8_wgmma_gemm<128, 3, false>, 128, fp8_wgmma_shared_bytes<128, 3>(), "wgmma 128×128, 3 stages");
+        wgmma(fp8_wgmma_gemm<128, 4, true>, 128, fp8_wgmma_shared_bytes<128, 4>(), "wgmma 128×128, 4 stages, overlap");
+        wgmma(fp8_wgmma_gemm<256, 4, false>, 256, fp8_wgmma_shared_bytes<256, 4>(), "wgmma 128×256, 4 stages");
+        wgmma(fp8_wgmma_gemm<256, 4, true>, 256, fp8_wgmma_shared_bytes<256, 4>(), "wgmma 128×256, 4 stages, overlap");
         auto split = [&] {
             split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);
             // lo's scale is hi's / 16: the same row vector, scaled once on the device.

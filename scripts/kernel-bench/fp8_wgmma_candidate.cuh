@@ -71,6 +71,16 @@ __device__ __forceinline__ void g4_fence_generic_to_async_shared() {
 #endif
 }
 
+// An empty asm that reads and writes `r`: the compiler must keep it in its register until here.
+// wgmma reads its register operands while it runs, which the compiler does not know: the A
+// registers of wgmmas in flight, and the sums until their wait, are kept live with this.
+__device__ __forceinline__ void g4_keep(uint32_t& r) {
+    asm volatile("" : "+r"(r)::"memory");
+}
+__device__ __forceinline__ void g4_keep(float& r) {
+    asm volatile("" : "+f"(r)::"memory");
+}
+
 #define G4_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define G4_F16(i) G4_F4(i), G4_F4(i + 4), G4_F4(i + 8), G4_F4(i + 12)
 
@@ -103,14 +113,32 @@ constexpr int fp8_wgmma_shared_bytes() {
     return STAGES * WgmmaTile<BN>::STAGE_BYTES + 1024;
 }
 
+// This lane's A fragments of one W tile (rows `row` and `row` + 8 from `row_bytes` on), one per
+// k16 step, widened to bf16.
+__device__ __forceinline__ void widen_a(const uint8_t* row_bytes, uint32_t (&a)[G4_WGMMA_BK / 16][4]) {
+#pragma unroll
+    for (int step = 0; step < G4_WGMMA_BK / 16; ++step) {
+        const uint8_t* p = row_bytes + 16 * step;
+        a[step][0] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p));
+        a[step][1] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * G4_WGMMA_W_PITCH));
+        a[step][2] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8));
+        a[step][3] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * G4_WGMMA_W_PITCH + 8));
+    }
+}
+
 // Grid: (ceil(m / BN), n / 128); 256 threads. k % 64 == 0, rows of W and X 16-byte aligned.
-template <int BN, int STAGES>
-__global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 ? 2 : 1)
+// OVERLAP: a warpgroup widens the next tile's A while its wgmmas on this one run (two sets of A
+// registers; copies run STAGES - 2 tiles ahead instead of STAGES - 1, since the stage a copy
+// overwrites may be read by the wgmmas still in flight until one tile later).
+template <int BN, int STAGES, bool OVERLAP>
+__global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 1)
     fp8_wgmma_gemm(const uint8_t* __restrict__ w, const float* __restrict__ scale, const g4_bf16* __restrict__ x,
                    g4_bf16* __restrict__ y, int m, int n, int k) {
     static_assert(BN % 128 == 0, "B goes to wgmma in slices of 128 rows of X");
+    static_assert(STAGES >= (OVERLAP ? 3 : 2), "a tile in flight beside the one computed");
     typedef WgmmaTile<BN> Tile;
     constexpr int SLICES = BN / 128;
+    constexpr int AHEAD = OVERLAP ? STAGES - 2 : STAGES - 1;
     extern __shared__ uint8_t raw_shared[];
     uint8_t* shared = raw_shared + ((1024 - (unsigned)__cvta_generic_to_shared(raw_shared) % 1024) % 1024);
     const int m0 = blockIdx.x * BN, n0 = blockIdx.y * G4_WGMMA_BM;
@@ -142,33 +170,32 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 ? 2 : 1)
         for (int i = 0; i < 64; ++i) d[s][i] = 0.0f;
 
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < AHEAD; ++s) {
         if (s < tiles) load_tile(s, s);
         g4_cp_async_commit();
     }
     // This warp's first A row within a W tile: warpgroup (warp / 4) owns 64 rows, warp 16 of them.
     const int a_row = (warp / 4) * 64 + (warp % 4) * 16 + g;
-    for (int tile = 0; tile < tiles; ++tile) {
-        g4_cp_async_wait<STAGES - 2>();
+    // `a` takes this tile's A; `in_flight` holds the tile before's, read by its wgmmas until the
+    // wait below (OVERLAP).
+    auto compute_tile = [&](int tile, uint32_t (&a)[G4_WGMMA_BK / 16][4], uint32_t (&in_flight)[G4_WGMMA_BK / 16][4]) {
+        g4_cp_async_wait<AHEAD - 1>();
         g4_fence_generic_to_async_shared();
         // Every thread's copies of this tile have landed, and every warpgroup is done with the
-        // stage the next copy overwrites (its wgmma waited below).
+        // stage the next copy overwrites (its wgmmas waited for below).
         __syncthreads();
-        const int next = tile + STAGES - 1;
+        const int next = tile + AHEAD;
         if (next < tiles) load_tile(next, next % STAGES);
         g4_cp_async_commit();
 
         const uint8_t* xs = shared + (tile % STAGES) * Tile::STAGE_BYTES;
-        const uint8_t* row = xs + Tile::X_BYTES + a_row * G4_WGMMA_W_PITCH + 2 * t;
-        uint32_t a[G4_WGMMA_BK / 16][4];
+        widen_a(xs + Tile::X_BYTES + a_row * G4_WGMMA_W_PITCH + 2 * t, a);
+        // All of A is computed before the wgmmas start (the compiler would otherwise sink a step's
+        // conversion to just before its wgmma, and ptxas then serialises the wgmmas).
 #pragma unroll
-        for (int step = 0; step < G4_WGMMA_BK / 16; ++step) {
-            const uint8_t* p = row + 16 * step;
-            a[step][0] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p));
-            a[step][1] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * G4_WGMMA_W_PITCH));
-            a[step][2] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8));
-            a[step][3] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * G4_WGMMA_W_PITCH + 8));
-        }
+        for (int step = 0; step < G4_WGMMA_BK / 16; ++step)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) g4_keep(a[step][r]);
         g4_wgmma_fence();
 #pragma unroll
         for (int step = 0; step < G4_WGMMA_BK / 16; ++step)
@@ -176,8 +203,26 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 ? 2 : 1)
             for (int s = 0; s < SLICES; ++s)
                 g4_wgmma_m64n128k16_rs(d[s], a[step], g4_wgmma_desc_sw128(xs + s * 128 * 128 + 32 * step));
         g4_wgmma_commit();
-        g4_wgmma_wait<0>();
+        g4_wgmma_wait<OVERLAP ? 1 : 0>();
+        if (OVERLAP)
+#pragma unroll
+            for (int step = 0; step < G4_WGMMA_BK / 16; ++step)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) g4_keep(in_flight[step][r]);
+    };
+    // Two sets of A registers, used in turn, so each tile's are fixed at compile time.
+    uint32_t a_even[G4_WGMMA_BK / 16][4] = {}, a_odd[G4_WGMMA_BK / 16][4] = {};
+    int tile = 0;
+    for (; tile + 1 < tiles; tile += 2) {
+        compute_tile(tile, a_even, a_odd);
+        compute_tile(tile + 1, a_odd, a_even);
     }
+    if (tile < tiles) compute_tile(tile, a_even, a_odd);
+    g4_wgmma_wait<0>();
+#pragma unroll
+    for (int s = 0; s < SLICES; ++s)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) g4_keep(d[s][i]);
 
     // d[s][4j + e]: weight row a_row (+ 8 for e ≥ 2), X row 128 s + 8 j + 2 t (+ 1 for odd e).
     const int n_row = n0 + a_row;
