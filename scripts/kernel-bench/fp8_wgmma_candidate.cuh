@@ -11,11 +11,14 @@
 // cp.async pipeline of STAGES tiles:
 //   X tile  BN rows of 128 bytes, 16-byte chunk c of row r stored at chunk c ^ (r % 8): the
 //           128-byte swizzle wgmma reads K-major B in (8-row atoms 1,024 bytes apart)
-//   W tile  128 rows of 64 e4m3 bytes at a pitch of 80 bytes: lane (g, t) of a warp reads byte
-//           pairs 2t and 2t + 8 of rows g and g + 8, which this pitch spreads over 32 banks
+//   W tile  128 rows of 64 weights at a pitch of W::PITCH bytes (E4m3Rows, Bf16Rows below)
 // Each warp's A fragment for one k16 step is the mma.m16n8k16 A fragment of its 16 rows (CuTe's
 // ALayout_64x16): rows g and g + 8, K pairs 2t and 2t + 8. The row scale is applied to the f32
 // sums in the epilogue. sm_90a only (wgmma); the bench runs it on the H200.
+//
+// The same kernel over bf16 weights (`Bf16Rows`: A fragments by ldmatrix, no widening) is timed
+// beside cuBLAS's bf16 GEMM: it says how far the pipeline itself is from cuBLAS, apart from what
+// the widening costs.
 #pragma once
 #include <cuda_fp16.h>
 #include "../../src/kernels/cuda/g4_compat.cuh"
@@ -23,7 +26,6 @@
 
 #define G4_WGMMA_BM 128
 #define G4_WGMMA_BK 64
-#define G4_WGMMA_W_PITCH 80
 #define G4_WGMMA_THREADS 256
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -100,43 +102,67 @@ __device__ __forceinline__ void g4_wgmma_m64n128k16_rs(float (&d)[64], const uin
 #endif
 }
 
-template <int BN>
+// e4m3 weights with one f32 scale per row: a W tile row is 64 bytes at a pitch of 80, where lane
+// (g, t) of a warp reads byte pairs 2t and 2t + 8 of rows g and g + 8 without bank conflicts
+// (80 bytes = 20 banks: rows g land on distinct banks).
+struct E4m3Rows {
+    typedef uint8_t Stored;
+    static constexpr int PITCH = 80;
+    // This lane's A fragments of one W tile, for the warp's 16 rows from `first_row`, one per k16
+    // step, widened to bf16.
+    __device__ static void fragments(const uint8_t* tile, int first_row, int lane, uint32_t (&a)[G4_WGMMA_BK / 16][4]) {
+        const uint8_t* row = tile + (first_row + lane / 4) * PITCH + 2 * (lane % 4);
+#pragma unroll
+        for (int step = 0; step < G4_WGMMA_BK / 16; ++step) {
+            const uint8_t* p = row + 16 * step;
+            a[step][0] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p));
+            a[step][1] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * PITCH));
+            a[step][2] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8));
+            a[step][3] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * PITCH + 8));
+        }
+    }
+    __device__ static float row_scale(const float* scale, int row) { return scale[row]; }
+};
+
+// bf16 weights: a W tile row is 128 bytes at a pitch of 144 (ldmatrix's 8 row addresses then
+// fall on distinct banks), the fragments one ldmatrix.x4 a k16 step: matrices (rows 0–7, K 0–7),
+// (8–15, 0–7), (0–7, 8–15), (8–15, 8–15) are registers 0–3 of the mma A fragment.
+struct Bf16Rows {
+    typedef g4_bf16 Stored;
+    static constexpr int PITCH = 144;
+    __device__ static void fragments(const uint8_t* tile, int first_row, int lane, uint32_t (&a)[G4_WGMMA_BK / 16][4]) {
+        const uint8_t* row = tile + (first_row + lane % 8 + 8 * (lane / 8 % 2)) * PITCH + 16 * (lane / 16);
+#pragma unroll
+        for (int step = 0; step < G4_WGMMA_BK / 16; ++step) g4_ldmatrix_x4(a[step], row + 32 * step);
+    }
+    __device__ static float row_scale(const float*, int) { return 1.0f; }
+};
+
+template <typename W, int BN>
 struct WgmmaTile {
     static constexpr int X_BYTES = BN * G4_WGMMA_BK * 2;
-    static constexpr int STAGE_BYTES = X_BYTES + G4_WGMMA_BM * G4_WGMMA_W_PITCH;
+    static constexpr int W_ROW_BYTES = G4_WGMMA_BK * (int)sizeof(typename W::Stored);
+    static constexpr int STAGE_BYTES = X_BYTES + G4_WGMMA_BM * W::PITCH;
     static_assert(STAGE_BYTES % 1024 == 0, "each stage's X tile starts on a 1,024-byte swizzle atom");
 };
 
 // Shared memory a launch needs: the stages, and room to align them to 1,024 bytes.
-template <int BN, int STAGES>
-constexpr int fp8_wgmma_shared_bytes() {
-    return STAGES * WgmmaTile<BN>::STAGE_BYTES + 1024;
-}
-
-// This lane's A fragments of one W tile (rows `row` and `row` + 8 from `row_bytes` on), one per
-// k16 step, widened to bf16.
-__device__ __forceinline__ void widen_a(const uint8_t* row_bytes, uint32_t (&a)[G4_WGMMA_BK / 16][4]) {
-#pragma unroll
-    for (int step = 0; step < G4_WGMMA_BK / 16; ++step) {
-        const uint8_t* p = row_bytes + 16 * step;
-        a[step][0] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p));
-        a[step][1] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * G4_WGMMA_W_PITCH));
-        a[step][2] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8));
-        a[step][3] = g4_e4m3x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 * G4_WGMMA_W_PITCH + 8));
-    }
+template <typename W, int BN, int STAGES>
+constexpr int wgmma_gemm_shared_bytes() {
+    return STAGES * WgmmaTile<W, BN>::STAGE_BYTES + 1024;
 }
 
 // Grid: (ceil(m / BN), n / 128); 256 threads. k % 64 == 0, rows of W and X 16-byte aligned.
 // OVERLAP: a warpgroup widens the next tile's A while its wgmmas on this one run (two sets of A
 // registers; copies run STAGES - 2 tiles ahead instead of STAGES - 1, since the stage a copy
 // overwrites may be read by the wgmmas still in flight until one tile later).
-template <int BN, int STAGES, bool OVERLAP>
+template <typename W, int BN, int STAGES, bool OVERLAP>
 __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 1)
-    fp8_wgmma_gemm(const uint8_t* __restrict__ w, const float* __restrict__ scale, const g4_bf16* __restrict__ x,
-                   g4_bf16* __restrict__ y, int m, int n, int k) {
+    wgmma_gemm(const typename W::Stored* __restrict__ w, const float* __restrict__ scale, const g4_bf16* __restrict__ x,
+               g4_bf16* __restrict__ y, int m, int n, int k) {
     static_assert(BN % 128 == 0, "B goes to wgmma in slices of 128 rows of X");
     static_assert(STAGES >= (OVERLAP ? 3 : 2), "a tile in flight beside the one computed");
-    typedef WgmmaTile<BN> Tile;
+    typedef WgmmaTile<W, BN> Tile;
     constexpr int SLICES = BN / 128;
     constexpr int AHEAD = OVERLAP ? STAGES - 2 : STAGES - 1;
     extern __shared__ uint8_t raw_shared[];
@@ -155,11 +181,13 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
             const g4_bf16* src = x + (size_t)(valid ? m0 + r : 0) * k + k0 + chunk * 8;
             g4_cp_async16(xs + r * 128 + (chunk ^ (r % 8)) * 16, src, valid);
         }
-        for (int c = tid; c < G4_WGMMA_BM * 4; c += G4_WGMMA_THREADS) {
-            const int r = c / 4, chunk = c % 4;
+        constexpr int W_CHUNKS = Tile::W_ROW_BYTES / 16;
+        for (int c = tid; c < G4_WGMMA_BM * W_CHUNKS; c += G4_WGMMA_THREADS) {
+            const int r = c / W_CHUNKS, chunk = c % W_CHUNKS;
             const bool valid = n0 + r < n;
-            const uint8_t* src = w + (size_t)(valid ? n0 + r : 0) * k + k0 + chunk * 16;
-            g4_cp_async16(ws + r * G4_WGMMA_W_PITCH + chunk * 16, src, valid);
+            const uint8_t* src =
+                reinterpret_cast<const uint8_t*>(w + (size_t)(valid ? n0 + r : 0) * k + k0) + chunk * 16;
+            g4_cp_async16(ws + r * W::PITCH + chunk * 16, src, valid);
         }
     };
 
@@ -175,7 +203,7 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
         g4_cp_async_commit();
     }
     // This warp's first A row within a W tile: warpgroup (warp / 4) owns 64 rows, warp 16 of them.
-    const int a_row = (warp / 4) * 64 + (warp % 4) * 16 + g;
+    const int first_row = (warp / 4) * 64 + (warp % 4) * 16;
     // `a` takes this tile's A; `in_flight` holds the tile before's, read by its wgmmas until the
     // wait below (OVERLAP).
     auto compute_tile = [&](int tile, uint32_t (&a)[G4_WGMMA_BK / 16][4], uint32_t (&in_flight)[G4_WGMMA_BK / 16][4]) {
@@ -189,7 +217,7 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
         g4_cp_async_commit();
 
         const uint8_t* xs = shared + (tile % STAGES) * Tile::STAGE_BYTES;
-        widen_a(xs + Tile::X_BYTES + a_row * G4_WGMMA_W_PITCH + 2 * t, a);
+        W::fragments(xs + Tile::X_BYTES, first_row, lane, a);
         // All of A is computed before the wgmmas start (the compiler would otherwise sink a step's
         // conversion to just before its wgmma, and ptxas then serialises the wgmmas).
 #pragma unroll
@@ -224,10 +252,10 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
 #pragma unroll
         for (int i = 0; i < 64; ++i) g4_keep(d[s][i]);
 
-    // d[s][4j + e]: weight row a_row (+ 8 for e ≥ 2), X row 128 s + 8 j + 2 t (+ 1 for odd e).
-    const int n_row = n0 + a_row;
-    const float scale_low = n_row < n ? scale[n_row] : 0.0f;
-    const float scale_high = n_row + 8 < n ? scale[n_row + 8] : 0.0f;
+    // d[s][4j + e]: weight row first_row + g (+ 8 for e ≥ 2), X row 128 s + 8 j + 2 t (+ 1 for odd e).
+    const int n_row = n0 + first_row + g;
+    const float scale_low = n_row < n ? W::row_scale(scale, n_row) : 0.0f;
+    const float scale_high = n_row + 8 < n ? W::row_scale(scale, n_row + 8) : 0.0f;
 #pragma unroll
     for (int s = 0; s < SLICES; ++s)
 #pragma unroll
