@@ -144,6 +144,27 @@ __global__ void scale_by(const float* in, float* out, int count, float factor) {
     if (i < count) out[i] = in[i] * factor;
 }
 
+// One configuration of fp8_wgmma_candidate.cuh's GEMM: X rows a block, shared memory, its name.
+template <typename W>
+struct WgmmaVariant {
+    void (*kernel)(const typename W::Stored*, const float*, const bf*, bf*, int, int, int);
+    int rows, shared_bytes;
+    const char* path;
+};
+#define G4_WGMMA_VARIANT(W, BN, STAGES, OVERLAP, PATH) \
+    {wgmma_gemm<W, BN, STAGES, OVERLAP>, BN, wgmma_gemm_shared_bytes<W, BN, STAGES>(), PATH}
+const WgmmaVariant<E4m3Rows> E4M3_VARIANTS[] = {
+    G4_WGMMA_VARIANT(E4m3Rows, 128, 4, false, "wgmma e4m3 128×128, 4 stages"),
+    G4_WGMMA_VARIANT(E4m3Rows, 128, 3, false, "wgmma e4m3 128×128, 3 stages"),
+    G4_WGMMA_VARIANT(E4m3Rows, 128, 4, true, "wgmma e4m3 128×128, 4 st., overlap"),
+    G4_WGMMA_VARIANT(E4m3Rows, 256, 4, false, "wgmma e4m3 128×256, 4 stages"),
+    G4_WGMMA_VARIANT(E4m3Rows, 256, 4, true, "wgmma e4m3 128×256, 4 st., overlap"),
+};
+const WgmmaVariant<Bf16Rows> BF16_VARIANTS[] = {
+    G4_WGMMA_VARIANT(Bf16Rows, 128, 4, false, "wgmma bf16 128×128, 4 stages"),
+    G4_WGMMA_VARIANT(Bf16Rows, 256, 4, true, "wgmma bf16 128×256, 4 st., overlap"),
+};
+
 int main() {
     Bench bench;
     Lt lt;
@@ -268,37 +289,20 @@ int main() {
             snprintf(path, sizeof path, "slices: %d × dequant + bf16", slices);
             report(path, us);
         }
-        auto wgmma_e4m3 = [&](auto kernel, int bn, int shared_bytes, const char* path) {
+        // `weights`: the e4m3 bytes with their scales, or the dequantised bf16 weights (no scales).
+        auto wgmma = [&](auto kernel, auto weights, const float* scale, int bn, int shared_bytes, const char* path) {
             CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
             const dim3 grid((m + bn - 1) / bn, n / G4_WGMMA_BM);
             report(path, timed([&](int) {
-                       kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(w_dev, w_scale_dev, x_dev, y, m,
-                                                                                       n, k);
-                   }));
-        };
-        auto wgmma_bf16 = [&](auto kernel, int bn, int shared_bytes, const char* path) {
-            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
-            const dim3 grid((m + bn - 1) / bn, n / G4_WGMMA_BM);
-            report(path, timed([&](int) {
-                       kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(dense, nullptr, x_dev, y, m, n,
+                       kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(weights, scale, x_dev, y, m, n,
                                                                                        k);
                    }));
         };
-        wgmma_e4m3(wgmma_gemm<E4m3Rows, 128, 4, false>, 128, wgmma_gemm_shared_bytes<E4m3Rows, 128, 4>(),
-                   "wgmma e4m3 128×128, 4 stages");
-        wgmma_e4m3(wgmma_gemm<E4m3Rows, 128, 3, false>, 128, wgmma_gemm_shared_bytes<E4m3Rows, 128, 3>(),
-                   "wgmma e4m3 128×128, 3 stages");
-        wgmma_e4m3(wgmma_gemm<E4m3Rows, 128, 4, true>, 128, wgmma_gemm_shared_bytes<E4m3Rows, 128, 4>(),
-                   "wgmma e4m3 128×128, 4 st., overlap");
-        wgmma_e4m3(wgmma_gemm<E4m3Rows, 256, 4, false>, 256, wgmma_gemm_shared_bytes<E4m3Rows, 256, 4>(),
-                   "wgmma e4m3 128×256, 4 stages");
-        wgmma_e4m3(wgmma_gemm<E4m3Rows, 256, 4, true>, 256, wgmma_gemm_shared_bytes<E4m3Rows, 256, 4>(),
-                   "wgmma e4m3 128×256, 4 st., overlap");
+        for (const WgmmaVariant<E4m3Rows>& v : E4M3_VARIANTS)
+            wgmma(v.kernel, w_dev, w_scale_dev, v.rows, v.shared_bytes, v.path);
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
-        wgmma_bf16(wgmma_gemm<Bf16Rows, 128, 4, false>, 128, wgmma_gemm_shared_bytes<Bf16Rows, 128, 4>(),
-                   "wgmma bf16 128×128, 4 stages");
-        wgmma_bf16(wgmma_gemm<Bf16Rows, 256, 4, true>, 256, wgmma_gemm_shared_bytes<Bf16Rows, 256, 4>(),
-                   "wgmma bf16 128×256, 4 st., overlap");
+        for (const WgmmaVariant<Bf16Rows>& v : BF16_VARIANTS)
+            wgmma(v.kernel, dense, nullptr, v.rows, v.shared_bytes, v.path);
         auto split = [&] {
             split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);
             // lo's scale is hi's / 16: the same row vector, scaled once on the device.
