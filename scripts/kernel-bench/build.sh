@@ -7,8 +7,9 @@
 # attention's flash kernel, map and merge at E4B's prefill shapes, checked against f64;
 # fp8_gemm_bench: prefill GEMMs over e4m3 weights, g4's dequantise-then-cuBLAS beside cuBLASLt's
 # FP8 tensor cores (loaded at run time), the dequantised weight in L2-sized slices and a wgmma
-# GEMM that widens e4m3 to bf16 in registers (fp8_wgmma_candidate.cuh), checked against f64; fp8_gemv_bench: the FP8 decode
-# GEMV beside stop 39's tensor-core candidate, fp8_gemv_candidates.cuh; glue_bench: 31B's prefill
+# GEMM that widens e4m3 to bf16 in registers (fp8_wgmma_candidate.cuh), checked against f64;
+# fp8_gemv_bench: the FP8 decode GEMV beside stop 39's tensor-core candidate,
+# fp8_gemv_candidates.cuh; glue_bench: 31B's prefill
 # glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;
 # chain_bench: 31B's decode layers as one graph of g4's kernels, each stage changed in turn) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
