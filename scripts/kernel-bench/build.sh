@@ -7,7 +7,8 @@
 # attention's flash kernel, map and merge at E4B's prefill shapes, checked against f64;
 # fp8_gemm_bench: prefill GEMMs over e4m3 weights, g4's dequantise-then-cuBLAS beside cuBLASLt's
 # FP8 tensor cores (loaded at run time), the dequantised weight in L2-sized slices and a wgmma
-# GEMM that widens e4m3 to bf16 in registers (fp8_wgmma_candidate.cuh), checked against f64;
+# GEMM that widens e4m3 to bf16 in registers (fp8_wgmma_candidate.cuh; also over bf16 weights,
+# and with gate/up's GeGLU product as its epilogue), checked against f64;
 # fp8_gemv_bench: the FP8 decode GEMV beside stop 39's tensor-core candidate,
 # fp8_gemv_candidates.cuh; glue_bench: 31B's prefill
 # glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;

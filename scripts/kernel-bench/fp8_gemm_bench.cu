@@ -13,14 +13,17 @@
 //               turn, through one scratch slice small enough to stay in L2 (the GEMM reads the
 //               dequantised slice from L2 instead of HBM)
 //   wgmma       fp8_wgmma_candidate.cuh: e4m3 widened to bf16 in registers on its way into
-//               Hopper's bf16 tensor cores, the row scales in the epilogue (not yet run: stop 44
-//               had no GPU)
+//               Hopper's bf16 tensor cores, the row scales in the epilogue; and the same
+//               pipeline over the bf16 weights (not yet run: stop 44 had no GPU)
+// For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
+// prefill today) against the wgmma GEMM with the product as its epilogue.
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
 // are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
 #include <dlfcn.h>
 #include <cuda_fp8.h>
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
+#include "../../src/kernels/cuda/elementwise.cu"
 #include "fp8_wgmma_candidate.cuh"
 
 enum : int {
@@ -153,6 +156,8 @@ struct WgmmaVariant {
 };
 #define G4_WGMMA_VARIANT(W, BN, STAGES, OVERLAP, PATH) \
     {wgmma_gemm<W, BN, STAGES, OVERLAP>, BN, wgmma_gemm_shared_bytes<W, BN, STAGES>(), PATH}
+#define G4_WGMMA_GEGLU_VARIANT(W, BN, STAGES, OVERLAP, PATH) \
+    {wgmma_gemm<W, BN, STAGES, OVERLAP, true>, BN, wgmma_gemm_shared_bytes<W, BN, STAGES>(), PATH}
 const WgmmaVariant<E4m3Rows> E4M3_VARIANTS[] = {
     G4_WGMMA_VARIANT(E4m3Rows, 128, 4, false, "wgmma e4m3 128×128, 4 stages"),
     G4_WGMMA_VARIANT(E4m3Rows, 128, 3, false, "wgmma e4m3 128×128, 3 stages"),
@@ -163,6 +168,14 @@ const WgmmaVariant<E4m3Rows> E4M3_VARIANTS[] = {
 const WgmmaVariant<Bf16Rows> BF16_VARIANTS[] = {
     G4_WGMMA_VARIANT(Bf16Rows, 128, 4, false, "wgmma bf16 128×128, 4 stages"),
     G4_WGMMA_VARIANT(Bf16Rows, 256, 4, true, "wgmma bf16 128×256, 4 st., overlap"),
+};
+const WgmmaVariant<E4m3Rows> E4M3_GEGLU_VARIANTS[] = {
+    G4_WGMMA_GEGLU_VARIANT(E4m3Rows, 128, 4, false, "wgmma e4m3 + GeGLU, 128×128"),
+    G4_WGMMA_GEGLU_VARIANT(E4m3Rows, 256, 4, true, "wgmma e4m3 + GeGLU, 128×256, overlap"),
+};
+const WgmmaVariant<Bf16Rows> BF16_GEGLU_VARIANTS[] = {
+    G4_WGMMA_GEGLU_VARIANT(Bf16Rows, 128, 4, false, "wgmma bf16 + GeGLU, 128×128"),
+    G4_WGMMA_GEGLU_VARIANT(Bf16Rows, 256, 4, true, "wgmma bf16 + GeGLU, 128×256, overlap"),
 };
 
 int main() {
@@ -240,22 +253,24 @@ int main() {
             CHECK(cudaMemset(y, 0xFF, m * (size_t)n * 2));
             return bench.graph_us(10, launch);
         };
-        auto report = [&](const char* path, double us) {
-            const std::vector<uint16_t> all = bench.download(y, m * (size_t)n);
+        // `out`'s checked rows (`cols` wide) against `expected`, with the path's time.
+        auto check = [&](const char* path, double us, const bf* out, const std::vector<double>& expected, int cols) {
+            const std::vector<uint16_t> all = bench.download(out, m * (size_t)cols);
             std::vector<uint16_t> got;
             for (int r = 0; r < checked_rows; ++r)
-                got.insert(got.end(), all.begin() + r * checked_stride * (size_t)n,
-                           all.begin() + (r * checked_stride + 1) * (size_t)n);
+                got.insert(got.end(), all.begin() + r * checked_stride * (size_t)cols,
+                           all.begin() + (r * checked_stride + 1) * (size_t)cols);
             double err2 = 0, ref2 = 0, worst = 0;
             for (size_t i = 0; i < got.size(); ++i) {
-                const double d = bf16_bits_to_float(got[i]) - want[i];
+                const double d = bf16_bits_to_float(got[i]) - expected[i];
                 err2 += d * d;
-                ref2 += want[i] * want[i];
-                worst = std::max(worst, fabs(d) / (fabs(want[i]) + 1e-2 * sqrt(ref2 / (i + 1))));
+                ref2 += expected[i] * expected[i];
+                worst = std::max(worst, fabs(d) / (fabs(expected[i]) + 1e-2 * sqrt(ref2 / (i + 1))));
             }
-            printf("%-8s %-34s %10.1f %10.1f %12.2e %12.2e\n", shape.name, path, us, flops / us / 1e6, sqrt(err2 / ref2),
-                   worst);
+            printf("%-8s %-34s %10.1f %10.1f %12.2e %12.2e\n", shape.name, path, us, flops / us / 1e6,
+                   sqrt(err2 / ref2), worst);
         };
+        auto report = [&](const char* path, double us) { check(path, us, y, want, n); };
         Gemm bf16_gemm(&lt, CUDA_R_16BF, m, n, k, nullptr, nullptr);
         Gemm fp8_gemm(&lt, CUDA_R_8F_E4M3, m, n, k, w_scale_dev, x_scale);
         Gemm fp8_gemm_lo(&lt, CUDA_R_8F_E4M3, m, n, k, w_scale_dev, x_scale_lo);
@@ -303,6 +318,55 @@ int main() {
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
         for (const WgmmaVariant<Bf16Rows>& v : BF16_VARIANTS)
             wgmma(v.kernel, dense, nullptr, v.rows, v.shared_bytes, v.path);
+        if (std::string(shape.name) == "gate_up") {
+            // The MLP's gate/up projection and its GeGLU product: g4's GEMM and then gelu_and_mul,
+            // against the GEMM with the product as its epilogue. Expected: the f64 product.
+            const int d = n / 2;
+            std::vector<double> want_product(checked_rows * (size_t)d);
+            for (int r = 0; r < checked_rows; ++r)
+                for (int c = 0; c < d; ++c) {
+                    const double gate = want[r * (size_t)n + c], up = want[r * (size_t)n + d + c];
+                    want_product[r * (size_t)d + c] =
+                        0.5 * gate * (1.0 + tanh(0.7978845608028654 * gate * (1.0 + 0.044715 * gate * gate))) * up;
+                }
+            bf* product = bench.alloc<bf>(m * (size_t)d);
+            auto timed_product = [&](const std::function<void(int)>& launch) {
+                CHECK(cudaMemset(product, 0xFF, m * (size_t)d * 2));
+                return bench.graph_us(10, launch);
+            };
+            auto gelu_and_mul = [&] {
+                const int vectors = m * d / 8;
+                g4_gelu_and_mul_vec_bf16<<<(vectors + 255) / 256, 256, 0, bench.stream>>>(y, product, m, d);
+            };
+            if (bf16_gemm.status == 0) {
+                const double bf16_us = timed_product([&](int) {
+                    status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream);
+                    gelu_and_mul();
+                });
+                check("bf16 + gelu_and_mul", bf16_us, product, want_product, d);
+                const double fp8_us = timed_product([&](int) {
+                    dequant();
+                    status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream);
+                    gelu_and_mul();
+                });
+                check("dequant + bf16 + gelu_and_mul", fp8_us, product, want_product, d);
+            }
+            auto fused = [&](auto kernel, auto weights, const float* scale, int bn, int shared_bytes,
+                             const char* path) {
+                CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
+                const dim3 grid((m + bn - 1) / bn, n / G4_WGMMA_BM);
+                const double us = timed_product([&](int) {
+                    kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(weights, scale, x_dev, product, m,
+                                                                                    n, k);
+                });
+                check(path, us, product, want_product, d);
+            };
+            for (const WgmmaVariant<E4m3Rows>& v : E4M3_GEGLU_VARIANTS)
+                fused(v.kernel, w_dev, w_scale_dev, v.rows, v.shared_bytes, v.path);
+            for (const WgmmaVariant<Bf16Rows>& v : BF16_GEGLU_VARIANTS)
+                fused(v.kernel, dense, nullptr, v.rows, v.shared_bytes, v.path);
+            CHECK(cudaFree(product));
+        }
         auto split = [&] {
             split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);
             // lo's scale is hi's / 16: the same row vector, scaled once on the device.

@@ -156,7 +156,12 @@ constexpr int wgmma_gemm_shared_bytes() {
 // OVERLAP: a warpgroup widens the next tile's A while its wgmmas on this one run (two sets of A
 // registers; copies run STAGES - 2 tiles ahead instead of STAGES - 1, since the stage a copy
 // overwrites may be read by the wgmmas still in flight until one tile later).
-template <typename W, int BN, int STAGES, bool OVERLAP>
+// GEGLU: W is an MLP's packed [gate ‖ up] (n = 2d rows) and Y [m, d] = gelu_tanh(X·gateᵀ) ⊙
+// X·upᵀ, rounded as g4's GEMM and gelu_and_mul round (each projection to bf16, then the GeLU).
+// A block's warpgroups take 64 gate rows and the 64 up rows that pair with them; in the
+// epilogue the up warpgroup hands its values over through shared memory, each thread to the
+// thread of the gate warpgroup that holds the same (row, X row) positions.
+template <typename W, int BN, int STAGES, bool OVERLAP, bool GEGLU = false>
 __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 1)
     wgmma_gemm(const typename W::Stored* __restrict__ w, const float* __restrict__ scale, const g4_bf16* __restrict__ x,
                g4_bf16* __restrict__ y, int m, int n, int k) {
@@ -171,6 +176,9 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     const int tiles = k / G4_WGMMA_BK;
 
+    // The weight row behind row r of a W tile, and whether it exists.
+    auto weight_row = [&](int r) { return GEGLU ? n0 / 2 + r % 64 + (r >= 64 ? n / 2 : 0) : n0 + r; };
+    auto row_valid = [&](int r) { return GEGLU ? n0 / 2 + r % 64 < n / 2 : n0 + r < n; };
     auto load_tile = [&](int tile, int stage) {
         uint8_t* xs = shared + stage * Tile::STAGE_BYTES;
         uint8_t* ws = xs + Tile::X_BYTES;
@@ -184,9 +192,9 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
         constexpr int W_CHUNKS = Tile::W_ROW_BYTES / 16;
         for (int c = tid; c < G4_WGMMA_BM * W_CHUNKS; c += G4_WGMMA_THREADS) {
             const int r = c / W_CHUNKS, chunk = c % W_CHUNKS;
-            const bool valid = n0 + r < n;
+            const bool valid = row_valid(r);
             const uint8_t* src =
-                reinterpret_cast<const uint8_t*>(w + (size_t)(valid ? n0 + r : 0) * k + k0) + chunk * 16;
+                reinterpret_cast<const uint8_t*>(w + (size_t)(valid ? weight_row(r) : 0) * k + k0) + chunk * 16;
             g4_cp_async16(ws + r * W::PITCH + chunk * 16, src, valid);
         }
     };
@@ -252,21 +260,42 @@ __global__ void __launch_bounds__(G4_WGMMA_THREADS, BN == 128 && !OVERLAP ? 2 : 
 #pragma unroll
         for (int i = 0; i < 64; ++i) g4_keep(d[s][i]);
 
-    // d[s][4j + e]: weight row first_row + g (+ 8 for e ≥ 2), X row 128 s + 8 j + 2 t (+ 1 for odd e).
-    const int n_row = n0 + first_row + g;
-    const float scale_low = n_row < n ? W::row_scale(scale, n_row) : 0.0f;
-    const float scale_high = n_row + 8 < n ? W::row_scale(scale, n_row + 8) : 0.0f;
+    // d[s][i] is tile row `low` (`high` for i % 4 ≥ 2) and X row 128 s + 8 (i / 4) + 2 t (+ 1 for
+    // odd i); each sum is scaled by its weight row's scale.
+    const int low = first_row + g, high = low + 8;
+    const float scale_low = row_valid(low) ? W::row_scale(scale, weight_row(low)) : 0.0f;
+    const float scale_high = row_valid(high) ? W::row_scale(scale, weight_row(high)) : 0.0f;
+    // GEGLU: the up warpgroup's rounded projections, [register][thread of the warpgroup], over the
+    // pipeline's shared memory once every copy has landed and every wgmma has read it.
+    float* up = reinterpret_cast<float*>(shared);
+    const int me = tid % 128;
+    if constexpr (GEGLU) {
+        static_assert(SLICES * 64 * 128 * 4 <= STAGES * Tile::STAGE_BYTES, "the hand-over fits the pipeline's memory");
+        g4_cp_async_wait<0>();
+        __syncthreads();
+        if (warp / 4 == 1) {
+#pragma unroll
+            for (int s = 0; s < SLICES; ++s)
+#pragma unroll
+                for (int i = 0; i < 64; ++i)
+                    up[(s * 64 + i) * 128 + me] = g4_round<g4_bf16>(d[s][i] * (i % 4 >= 2 ? scale_high : scale_low));
+        }
+        __syncthreads();
+        if (warp / 4 == 1) return;
+    }
+    const int cols = GEGLU ? n / 2 : n, first_col = GEGLU ? n0 / 2 : n0;
 #pragma unroll
     for (int s = 0; s < SLICES; ++s)
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int out_row = m0 + 128 * s + 8 * j + 2 * t + (e & 1), out_col = n_row + (e >= 2 ? 8 : 0);
-                if (out_row < m && out_col < n)
-                    y[(size_t)out_row * n + out_col] =
-                        g4_from_f32<g4_bf16>(d[s][4 * j + e] * (e >= 2 ? scale_high : scale_low));
-            }
+        for (int i = 0; i < 64; ++i) {
+            const int out_row = m0 + 128 * s + 8 * (i / 4) + 2 * t + (i & 1);
+            const int out_col = first_col + (i % 4 >= 2 ? high : low);
+            if (out_row >= m || out_col >= cols) continue;
+            float value = d[s][i] * (i % 4 >= 2 ? scale_high : scale_low);
+            if constexpr (GEGLU)
+                value = g4_round<g4_bf16>(g4_gelu_tanh(g4_round<g4_bf16>(value))) * up[(s * 64 + i) * 128 + me];
+            y[(size_t)out_row * cols + out_col] = g4_from_f32<g4_bf16>(value);
+        }
 }
 
 #undef G4_F16
