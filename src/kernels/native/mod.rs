@@ -417,15 +417,8 @@ const ROW_LEAN_MAX_THREADS: usize = 384;
 /// variant: one block per row sized to hold it at `ROW_VALUES_MAX` values a thread, whole warps
 /// of `lanes`; `None` for rows [`per_row`] takes.
 pub fn per_row_lean(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
-    let fits = ROW_LEAN_MAX_THREADS;
-    wide_row_launch(
-        rows,
-        cols,
-        lanes,
-        ROW_VALUES_MAX,
-        fits,
-        RowVariant::WideLean,
-    )
+    let (values, fits) = (ROW_VALUES_MAX, ROW_LEAN_MAX_THREADS);
+    wide_row_launch(rows, cols, lanes, values, fits, RowVariant::WideLean)
 }
 
 /// Rows a launch may have to take the `_few_rows` variant: a decode step's, or a short prefill
