@@ -5,13 +5,16 @@ Linear, which llm-compressor's "Linear" target quantises too), and every MoE exp
 gate/up/down weight per expert) stored as e4m3 with one f32 scale per output row (absmax / 448);
 embeddings, norms, the router and the head kept as they are.
 
-    python3 scripts/fp8_checkpoint.py SRC_DIR DST_DIR [--delete-source]
+    python3 scripts/fp8_checkpoint.py SRC_DIR DST_DIR [--delete-source] [--dynamic-inputs]
 
 Quantises on the GPU when there is one, one shard at a time; --delete-source removes each source
 shard once it is converted (a disk that holds one full-size checkpoint). The dequantised weights
-(e4m3 × scale) are what a reference run on the FP8 checkpoint computes with.
+(e4m3 × scale) are what a reference run on the FP8 checkpoint computes with. --dynamic-inputs writes
+llm-compressor's FP8_DYNAMIC scheme instead ("W8A8": every quantised projection's input rounded to
+e4m3 per token at run time), the scheme of RedHatAI's Gemma-4 FP8-dynamic releases.
 """
 
+import copy
 import json
 import re
 import shutil
@@ -31,7 +34,18 @@ QUANTIZATION_CONFIG = {
     "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
         "num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True, "dynamic": False}}},
     "ignore": ["lm_head", "re:.*embed.*", "re:.*router.*", "re:.*norm.*"],
+    # What llm-compressor writes; transformers decompresses a checkpoint only when it says so.
+    "quantization_status": "compressed",
 }
+DYNAMIC_INPUTS = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True}
+
+
+def quantization_config(dynamic_inputs):
+    """The config.json entry: weight-only FP8, or FP8_DYNAMIC with `dynamic_inputs`."""
+    config = copy.deepcopy(QUANTIZATION_CONFIG)
+    if dynamic_inputs:
+        config["config_groups"]["group_0"]["input_activations"] = dict(DYNAMIC_INPUTS)
+    return config
 
 
 def quantize_rows(w):
@@ -77,6 +91,7 @@ def convert_shard(src, device):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     delete_source = "--delete-source" in sys.argv[1:]
+    dynamic_inputs = "--dynamic-inputs" in sys.argv[1:]
     src, dst = Path(args[0]), Path(args[1])
     dst.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -94,7 +109,7 @@ def main():
         weight_map.update({name: shard.name for name in tensors})
     if len(shards) > 1:
         (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
-    config["quantization_config"] = QUANTIZATION_CONFIG
+    config["quantization_config"] = quantization_config(dynamic_inputs)
     (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     print(json.dumps({"fp8_checkpoint": str(dst), "shards": len(shards)}), flush=True)
 

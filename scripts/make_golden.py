@@ -5,7 +5,7 @@ Every golden comes from the reference implementation (HF transformers, float32, 
 never from g4. Usage (a venv outside the repo keeps torch out of the tree):
 
     python3 -m venv /tmp/g4-golden && /tmp/g4-golden/bin/pip install torch==2.11.0 \
-        transformers==5.24.0 safetensors==0.8.0
+        transformers==5.24.0 safetensors==0.8.0 compressed-tensors==0.20.1
     /tmp/g4-golden/bin/python scripts/make_golden.py [--out golden] [--only NAME ...]
 
 With --trained DIR it instead writes goldens for an existing checkpoint (the embedded default
@@ -35,8 +35,8 @@ from safetensors.torch import load_file, save_file
 from transformers import Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
 from transformers import GenerationConfig
 
-from fp8_checkpoint import EXPERTS as FP8_EXPERTS, LINEAR as FP8_LINEAR, QUANTIZATION_CONFIG
-from fp8_checkpoint import quantize_rows, stored_tensors
+from fp8_checkpoint import EXPERTS as FP8_EXPERTS, LINEAR as FP8_LINEAR
+from fp8_checkpoint import quantization_config, quantize_rows, stored_tensors
 
 REQUIRED_TRANSFORMERS = "5.24.0"
 MIN_MARGIN = 1e-3  # top-1 / top-2 logprob gap every golden step must keep (GEMMA4_TEXT.md §9)
@@ -87,6 +87,15 @@ VARIANTS = {
         num_kv_shared_layers=2, use_double_wide_mlp=True, enable_moe_block=True, num_experts=4,
         top_k_experts=2, moe_intermediate_size=32,
     ), dict(layout="multimodal", storage="float32", released_style=True)),
+    # FP8_DYNAMIC ("W8A8"), the scheme of RedHatAI's Gemma-4 FP8-dynamic releases: e2b-style's
+    # projections in e4m3, each input rounded to e4m3 per token at run time. The reference is
+    # the written checkpoint loaded back by transformers, whose compressed-tensors integration
+    # does that rounding.
+    "fp8-dynamic": (dict(
+        num_hidden_layers=10, layer_types=[S, S, S, S, F] * 2, num_key_value_heads=1,
+        global_head_dim=32, hidden_size_per_layer_input=8, num_kv_shared_layers=4,
+        use_double_wide_mlp=True,
+    ), dict(layout="text_only", storage="float32", fp8=True, fp8_inputs=True)),
 }
 
 # (case name, prompt length, new tokens); prompts are drawn from a seeded generator and redrawn
@@ -132,7 +141,10 @@ def cache_free_greedy(model, prompt, new_tokens):
     return seq[len(prompt):]
 
 
-def make_case(model, name, length, new_tokens, seed, vocab):
+def make_case(model, name, length, new_tokens, seed, vocab, redraw_on_disagreement=False):
+    """A prompt drawn until every step keeps MIN_MARGIN. With `redraw_on_disagreement` (inputs
+    rounded to e4m3, where a last-bit difference between HF's cached and cache-free sums can move
+    an activation across a rounding boundary), also until both paths agree."""
     gen = torch.Generator().manual_seed(seed)
     for attempt in range(50):
         prompt = [2] + torch.randint(3, vocab, (length - 1,), generator=gen).tolist()
@@ -142,6 +154,8 @@ def make_case(model, name, length, new_tokens, seed, vocab):
         if min(margins) < MIN_MARGIN:
             continue
         if cache_free_greedy(model, prompt, new_tokens) != tokens:
+            if redraw_on_disagreement:
+                continue
             raise SystemExit(f"{name}: HF cached and cache-free greedy disagree; refusing to write a golden")
         return {
             "name": name,
@@ -166,8 +180,9 @@ def fp8_quantize_in_place(model):
     return stored
 
 
-def fp8_checkpoint(model_dir, stored):
-    """Rewrites a saved f32 checkpoint as compressed-tensors FP8 with exploded experts."""
+def fp8_checkpoint(model_dir, stored, dynamic_inputs):
+    """Rewrites a saved f32 checkpoint as compressed-tensors FP8 with exploded experts (FP8_DYNAMIC
+    with `dynamic_inputs`)."""
     st_path = model_dir / "model.safetensors"
     tensors = load_file(st_path)
     for name, (q, scale) in stored.items():
@@ -176,7 +191,7 @@ def fp8_checkpoint(model_dir, stored):
     save_file(tensors, st_path, metadata={"format": "pt"})
     cfg_path = model_dir / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["quantization_config"] = QUANTIZATION_CONFIG
+    cfg["quantization_config"] = quantization_config(dynamic_inputs)
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
 
 
@@ -242,8 +257,10 @@ def build(name, overrides, opts, out_root, seed):
     shutil.rmtree(out, ignore_errors=True)
     model_dir.mkdir(parents=True)
     vocab = text_cfg["vocab_size"]
-    cases = [make_case(reference, case, length, new, seed * 100 + i, vocab)
-             for i, (case, length, new) in enumerate(CASES)]
+    make_cases = lambda reference: [make_case(reference, case, length, new, seed * 100 + i, vocab,
+                                              redraw_on_disagreement=opts.get("fp8_inputs", False))
+                                    for i, (case, length, new) in enumerate(CASES)]
+    cases = None if opts.get("fp8_inputs") else make_cases(reference)
 
     saved = reference.to(torch.bfloat16) if opts["storage"] == "bfloat16" else reference
     saved.save_pretrained(model_dir, max_shard_size=opts.get("max_shard_size", "50GB"))
@@ -253,7 +270,14 @@ def build(name, overrides, opts, out_root, seed):
         cfg.pop("layer_types")
         cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
     if fp8:
-        fp8_checkpoint(model_dir, fp8)
+        fp8_checkpoint(model_dir, fp8, opts.get("fp8_inputs", False))
+    if cases is None:
+        loaded = Gemma4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+        rounded = [m for m in loaded.modules() if getattr(m, "quantization_scheme", None) is not None
+                   and m.quantization_scheme.input_activations is not None]
+        if len(rounded) != len(fp8):
+            raise SystemExit(f"{name}: transformers rounds the inputs of {len(rounded)} projections, expected {len(fp8)}")
+        cases = make_cases(loaded.eval())
     if opts.get("released_style"):
         shared = range(text_cfg["num_hidden_layers"] - text_cfg.get("num_kv_shared_layers", 0),
                        text_cfg["num_hidden_layers"])

@@ -4,6 +4,7 @@
 
 use candle_core::{DType, Device};
 use g4::golden::{self, GoldenFile};
+use g4::model::config::Fp8Activations;
 use g4::model::ple::PlePlacement;
 use g4::model::session::DecodePath;
 use g4::model::source::ModelSource;
@@ -87,6 +88,19 @@ fn every_golden_is_token_exact_split_over_cpu_ranks() {
             if ranks == 4 && !config.num_attention_heads.is_multiple_of(4) {
                 continue;
             }
+            if config.fp8_activations == Fp8Activations::DynamicPerToken {
+                let refused = Gemma4::load_on(
+                    &source,
+                    config,
+                    &devices,
+                    DType::F32,
+                    PlePlacement::Host,
+                    None,
+                );
+                let error = format!("{:#}", refused.err().expect("FP8_DYNAMIC split over ranks"));
+                assert!(error.contains("run on one device"), "{error}");
+                continue;
+            }
             for ple in [PlePlacement::Device, PlePlacement::Host] {
                 let model =
                     Gemma4::load_on(&source, config.clone(), &devices, DType::F32, ple, None)
@@ -132,6 +146,12 @@ const BF16_FLOORS: [(&str, f64); 7] = [
 ];
 const DEFAULT_BF16_FLOOR: f64 = 0.75;
 
+/// Goldens whose bf16 agreement says nothing about g4: fp8-dynamic rounds every projection's
+/// input to e4m3, which turns bf16's rounding into whole e4m3 steps, and transformers' own bf16
+/// agrees with its f32 on 6 of 72 teacher-forced steps (g4's: 4). Its bf16 arithmetic is
+/// checked op by op instead (`round_rows_e4m3`'s contract in bf16).
+const BF16_UNJUDGED: [&str; 1] = ["fp8-dynamic"];
+
 /// bf16 is not expected to be token-exact against an f32 reference on random tiny models, whose
 /// logits are unusually sensitive; a broken bf16 path (wrong rounding of the embedding scale,
 /// softmax in bf16, a broken MoE branch, …) drops far below its golden's floor. Each golden is
@@ -147,6 +167,10 @@ fn bf16_top1_agreement_is_reported_and_stays_above_each_goldens_floor() {
             .unwrap()
             .to_string_lossy()
             .into_owned();
+        if BF16_UNJUDGED.contains(&name.as_str()) {
+            eprintln!("bf16 {name}: not judged (BF16_UNJUDGED)");
+            continue;
+        }
         let (golden, model) = load(&path, DType::BF16, PlePlacement::Host);
         let (mut agreed, mut total) = (0, 0);
         for case in &golden.cases {

@@ -36,7 +36,7 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
 
 /// X rows up to which the native arm runs its GEMV; beyond, a GEMM reuses each weight across
 /// rows, and cuBLAS on a dequantised copy wins.
-const GEMV_MAX_ROWS: usize = 8;
+pub const GEMV_MAX_ROWS: usize = 8;
 /// e4m3 weights per 16-byte load of the GEMV.
 const WEIGHTS_PER_VECTOR: usize = 16;
 

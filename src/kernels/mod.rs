@@ -31,6 +31,7 @@ pub mod linear_panels;
 pub mod linear_panels_fp8;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
+pub mod matmul_bt_fp8_dynamic;
 pub mod moe_combine;
 pub mod moe_experts;
 pub mod moe_experts_fp8;
@@ -42,6 +43,7 @@ pub mod qkv_norm_rope;
 pub mod rms_norm;
 pub mod rms_norm_plus_add;
 pub mod rope;
+pub mod round_rows_e4m3;
 pub mod softcap;
 
 pub use native::{Arm, Backend, NativeKernel, Unavailable};
@@ -87,6 +89,8 @@ fused_ops! {
     MatmulBtAlphaBeta => matmul_bt_alpha_beta,
     DequantFp8Channel => dequant_fp8_channel,
     MatmulBtFp8Channel => matmul_bt_fp8_channel,
+    MatmulBtFp8Dynamic => matmul_bt_fp8_dynamic,
+    RoundRowsE4m3 => round_rows_e4m3,
     MoeRouterTopk => moe_router_topk,
     MoeGatherRows => moe_gather_rows,
     MoeCombine => moe_combine,

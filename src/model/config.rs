@@ -116,6 +116,18 @@ pub struct Config {
     pub pad_token_id: u32,
     pub bos_token_id: u32,
     pub eos_token_ids: Vec<u32>,
+    /// What an FP8 checkpoint does to a quantised projection's input.
+    pub fp8_activations: Fp8Activations,
+}
+
+/// The input of an FP8 projection: kept as it is (weight-only FP8, "W8A16"), or quantised per
+/// token to e4m3 on the fly (compressed-tensors' FP8_DYNAMIC scheme, "W8A8"): each row scaled by
+/// its largest |x| / 448, rounded to e4m3 and scaled back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Fp8Activations {
+    #[default]
+    AsIs,
+    DynamicPerToken,
 }
 
 impl Config {
@@ -136,7 +148,7 @@ impl Config {
         };
         let fields = Fields(text);
         check_model_type(text)?;
-        check_quantization(
+        let fp8_activations = check_quantization(
             root.get("quantization_config")
                 .or_else(|| text.get("quantization_config")),
         )?;
@@ -277,6 +289,7 @@ impl Config {
             pad_token_id: ids("pad_token_id", 0)?[0],
             bos_token_id: ids("bos_token_id", 2)?[0],
             eos_token_ids,
+            fp8_activations,
         })
     }
 
@@ -293,10 +306,11 @@ impl Config {
 }
 
 /// g4 reads compressed-tensors FP8: e4m3 weights (8-bit floats) with one scale per output row,
-/// static and symmetric. Any other scheme would load as garbage, so it is refused by name.
-fn check_quantization(config: Option<&Value>) -> Result<()> {
+/// static and symmetric, and inputs either kept or quantised per token to e4m3 on the fly
+/// (FP8_DYNAMIC). Any other scheme would load as garbage, so it is refused by name.
+fn check_quantization(config: Option<&Value>) -> Result<Fp8Activations> {
     let Some(config) = config.filter(|v| !v.is_null()) else {
-        return Ok(());
+        return Ok(Fp8Activations::AsIs);
     };
     let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     match text(config.get("quant_method")).as_deref() {
@@ -340,14 +354,44 @@ fn check_quantization(config: Option<&Value>) -> Result<()> {
             bail!("{at}.group_size is set: block-wise scales are not supported (g4 reads one scale per row)");
         }
     }
-    if let Some(activations) = groups
-        .values()
-        .filter_map(|g| g.get("input_activations"))
-        .find(|a| !a.is_null())
-    {
-        bail!("quantization_config: quantised input activations ({activations}) are not supported");
+    let mut schemes = groups.iter().map(|(group, spec)| {
+        match spec.get("input_activations").filter(|a| !a.is_null()) {
+            None => Ok(Fp8Activations::AsIs),
+            Some(activations) => dynamic_per_token(group, activations),
+        }
+    });
+    let first = schemes.next().unwrap_or(Ok(Fp8Activations::AsIs))?;
+    for scheme in schemes {
+        if scheme? != first {
+            bail!("quantization_config: groups that quantise their inputs beside groups that do not are not supported");
+        }
     }
-    Ok(())
+    Ok(first)
+}
+
+/// FP8_DYNAMIC's input activations: e4m3, one scale per token, computed on the fly.
+fn dynamic_per_token(group: &str, activations: &Value) -> Result<Fp8Activations> {
+    let at = format!("quantization_config.config_groups.{group}.input_activations");
+    let want = [
+        ("num_bits", Value::from(8)),
+        ("type", Value::from("float")),
+        ("strategy", Value::from("token")),
+        ("dynamic", Value::from(true)),
+        ("symmetric", Value::from(true)),
+    ];
+    for (key, value) in want {
+        match activations.get(key) {
+            Some(v) if *v == value => {}
+            Some(v) => bail!(
+                "{at}.{key} = {v} is not supported (g4 quantises inputs dynamically per token to e4m3: {key} = {value})"
+            ),
+            None if key == "dynamic" || key == "strategy" => {
+                bail!("{at} has no {key}: g4 quantises inputs dynamically per token only")
+            }
+            None => {}
+        }
+    }
+    Ok(Fp8Activations::DynamicPerToken)
 }
 
 fn check_model_type(text: &Map<String, Value>) -> Result<()> {
@@ -764,8 +808,18 @@ mod tests {
                    "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}}})
         };
         let good = json!({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false});
-        assert!(
-            Config::from_json(&text(json!({"quantization_config": fp8(good.clone())}))).is_ok()
+        let weight_only =
+            Config::from_json(&text(json!({"quantization_config": fp8(good.clone())})));
+        assert_eq!(weight_only.unwrap().fp8_activations, Fp8Activations::AsIs);
+        // llm-compressor's FP8_DYNAMIC, as RedHatAI's Gemma-4 FP8-dynamic releases carry it.
+        let mut fp8_dynamic = fp8(good.clone());
+        fp8_dynamic["config_groups"]["group_0"]["input_activations"] = json!({
+            "num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true,
+            "group_size": null, "observer": null, "actorder": null, "block_structure": null});
+        let w8a8 = Config::from_json(&text(json!({"quantization_config": fp8_dynamic})));
+        assert_eq!(
+            w8a8.unwrap().fp8_activations,
+            Fp8Activations::DynamicPerToken
         );
         let mut cases = vec![
             (
@@ -790,6 +844,28 @@ mod tests {
         let mut weights = good.clone();
         weights["group_size"] = json!(128);
         cases.push((fp8(weights), "block-wise scales".to_string()));
+        let dynamic = json!({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true});
+        for (key, value, needle) in [
+            ("dynamic", json!(false), "input_activations.dynamic = false"),
+            (
+                "strategy",
+                json!("tensor"),
+                "input_activations.strategy = \"tensor\"",
+            ),
+            ("type", json!("int"), "input_activations.type = \"int\""),
+            ("num_bits", json!(4), "input_activations.num_bits = 4"),
+        ] {
+            let mut activations = dynamic.clone();
+            activations[key] = value;
+            let mut quant = fp8(good.clone());
+            quant["config_groups"]["group_0"]["input_activations"] = activations;
+            cases.push((quant, needle.to_string()));
+        }
+        let mut mixed = fp8(good.clone());
+        mixed["config_groups"]["group_0"]["input_activations"] = dynamic;
+        mixed["config_groups"]["group_1"] =
+            json!({"targets": ["Embedding"], "weights": good.clone()});
+        cases.push((mixed, "beside groups that do not".to_string()));
         for (quant, needle) in cases {
             let e = error(text(json!({"quantization_config": quant})));
             assert!(e.contains(&needle), "{needle}: {e}");

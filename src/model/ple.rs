@@ -146,10 +146,10 @@ impl PerLayerEmbeddings {
             vocab_size: spec.vocab_size,
             table,
             table_scale,
-            model_projection: ckpt.projection(Part::whole(
-                "per_layer_model_projection.weight",
-                &[total, h],
-            ))?,
+            model_projection: ckpt.projection(
+                Part::whole("per_layer_model_projection.weight", &[total, h]),
+                config.fp8_activations,
+            )?,
             projection_norm: ckpt.tensor("per_layer_projection_norm.weight", &[spec.width])?,
             device: ckpt.device().clone(),
             dtype: ckpt.dtype(),

@@ -8,9 +8,16 @@ use crate::kernels::{
     linear_gelu_mul::{gelu_mul_after, linear_gelu_mul, Up, Weights},
     linear_panels::linear_panels,
     linear_panels_fp8::linear_panels_fp8,
-    matmul_bt_fp8_channel::matmul_bt_fp8_channel,
+    matmul_bt_fp8_channel::{matmul_bt_fp8_channel, GEMV_MAX_ROWS},
+    matmul_bt_fp8_dynamic::matmul_bt_fp8_dynamic,
+    round_rows_e4m3::round_rows_e4m3,
 };
-use candle_core::{Result, Tensor};
+use candle_core::{Result, Tensor, D};
+
+/// The rows of `x [.., K]`.
+fn rows(x: &Tensor) -> Result<usize> {
+    Ok(x.elem_count() / x.dim(D::Minus1)?.max(1))
+}
 
 pub enum Projection {
     Dense(Tensor),
@@ -30,6 +37,9 @@ pub enum Projection {
         scale: Tensor,
         n: usize,
     },
+    /// An FP8_DYNAMIC checkpoint's projection: its input rounded to e4m3 per row
+    /// (`round_rows_e4m3`) before the projection it holds.
+    E4m3Input(Box<Projection>),
 }
 
 impl Projection {
@@ -40,6 +50,10 @@ impl Projection {
             Projection::Panels { panels, n } => linear_panels(x, panels, *n),
             Projection::Fp8 { weight, scale } => matmul_bt_fp8_channel(x, weight, scale),
             Projection::Fp8Panels { panels, scale, n } => linear_panels_fp8(x, panels, scale, *n),
+            Projection::E4m3Input(inner) => match &**inner {
+                Projection::Fp8 { weight, scale } => matmul_bt_fp8_dynamic(x, weight, scale),
+                inner => inner.forward(&round_rows_e4m3(x)?),
+            },
         }
     }
 
@@ -54,20 +68,29 @@ impl Projection {
             Projection::Panels { .. } | Projection::Fp8Panels { .. } => {
                 gelu_mul_after(&self.forward(x)?, up)
             }
+            // Prefill's rows go through the FP8 GEMM of the projection alone, then the product.
+            Projection::E4m3Input(inner) => match &**inner {
+                Projection::Fp8 { weight, scale } if rows(x)? > GEMV_MAX_ROWS => {
+                    gelu_mul_after(&matmul_bt_fp8_dynamic(x, weight, scale)?, up)
+                }
+                inner => inner.forward_gelu_mul(&round_rows_e4m3(x)?, up),
+            },
         }
     }
 
     /// The tensors that hold it, for counting memory.
-    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
-        let (first, second) = match self {
-            Projection::Dense(w) | Projection::Panels { panels: w, .. } => (w, None),
+    pub fn tensors(&self) -> Box<dyn Iterator<Item = &Tensor> + '_> {
+        match self {
+            Projection::Dense(w) | Projection::Panels { panels: w, .. } => {
+                Box::new(std::iter::once(w))
+            }
             Projection::Fp8 { weight, scale }
             | Projection::Fp8Panels {
                 panels: weight,
                 scale,
                 ..
-            } => (weight, Some(scale)),
-        };
-        std::iter::once(first).chain(second)
+            } => Box::new([weight, scale].into_iter()),
+            Projection::E4m3Input(inner) => inner.tensors(),
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! run unchanged on narrower experts. Norms, the router, PLE (narrow projections) and the tied
 //! embedding and head are replicated: a split head would need its logits gathered every token.
 
-use super::config::Config;
+use super::config::{Config, Fp8Activations};
 use super::session::{DecodePath, Session};
 use super::Gemma4;
 pub use crate::kernels::native::collective::{group as all_reduce_group, AllReduce};
@@ -77,6 +77,11 @@ impl Shard {
 pub fn check(config: &Config, ranks: usize) -> Result<()> {
     if ranks == 0 {
         bail!("tensor parallelism needs at least one device");
+    }
+    // A rank holds only its slice of o_proj's and down_proj's input rows, and FP8_DYNAMIC scales
+    // each row by its largest value over all of them.
+    if ranks > 1 && config.fp8_activations == Fp8Activations::DynamicPerToken {
+        bail!("FP8_DYNAMIC checkpoints (inputs quantised per token) run on one device: a rank holds only part of each row it would scale");
     }
     let heads = config.num_attention_heads;
     if !heads.is_multiple_of(ranks) {

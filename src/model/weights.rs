@@ -5,6 +5,7 @@
 //! several threads, stacked projections into one buffer), shape-checked and converted to the
 //! compute dtype. Every failure names the file and the tensor.
 
+use super::config::Fp8Activations;
 use super::projection::Projection;
 use crate::kernels::{arm_for, linear_panels, linear_panels_fp8, Arm, Op};
 use anyhow::{bail, Context, Result};
@@ -463,13 +464,33 @@ impl Checkpoint {
     /// this device and dtype (`matmul_bt_fp8_channel` on GPUs; `linear_panels_fp8`, in panels, on
     /// a CPU in f32), and that a dense one is packed into panels where `linear_panels` runs
     /// natively (f32 on a CPU).
-    pub fn projection(&self, part: Part) -> Result<Projection> {
-        self.concat_projection(&[part])
+    pub fn projection(&self, part: Part, inputs: Fp8Activations) -> Result<Projection> {
+        self.concat_projection(&[part], inputs)
     }
 
     /// Decoder projections `parts` joined along their rows as [`Checkpoint::concat`] joins them;
-    /// FP8 kept as such (weights and scales joined alike) when every part is stored in FP8.
-    pub fn concat_projection(&self, parts: &[Part]) -> Result<Projection> {
+    /// FP8 kept as such (weights and scales joined alike) when every part is stored in FP8. Where
+    /// `inputs` says FP8_DYNAMIC, a projection stored in FP8 rounds its input to e4m3 first.
+    pub fn concat_projection(&self, parts: &[Part], inputs: Fp8Activations) -> Result<Projection> {
+        let weight = self.concat_projection_weight(parts)?;
+        if inputs == Fp8Activations::DynamicPerToken && self.stored_fp8(parts)? {
+            return Ok(Projection::E4m3Input(Box::new(weight)));
+        }
+        Ok(weight)
+    }
+
+    /// Whether every one of `parts` is stored in FP8.
+    pub fn stored_fp8(&self, parts: &[Part]) -> Result<bool> {
+        for part in parts {
+            let (_, entry) = self.locate(&format!("{}{}", self.prefix, part.name), &part.shape)?;
+            if entry.candle_dtype() != Some(DType::F8E4M3) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn concat_projection_weight(&self, parts: &[Part]) -> Result<Projection> {
         if let Some((weight, scale)) = self.concat_fp8(parts, Op::MatmulBtFp8Channel)? {
             return Ok(Projection::Fp8 { weight, scale });
         }

@@ -271,6 +271,229 @@ pub fn gemm_bt_accumulate(
     }
 }
 
+/// cuBLASLt's handle, workspace and planned GEMMs for one device, made on first use.
+struct Lt {
+    handle: candle_core::cuda::cudarc::cublaslt::sys::cublasLtHandle_t,
+    workspace: candle_core::cuda::cudarc::driver::CudaSlice<u8>,
+    /// By (M, N, K, output dtype): asking cuBLASLt for an algorithm takes host time that a
+    /// prefill, with seven projections a layer, would otherwise spend again on every call.
+    plans: HashMap<(usize, usize, usize, DType), LtPlan>,
+}
+
+/// One GEMM's descriptors and the algorithm cuBLASLt chose for them.
+struct LtPlan {
+    desc: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulDesc_t,
+    layouts: [candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatrixLayout_t; 3],
+    algo: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t,
+}
+
+// SAFETY: the handle and descriptors are only used under the mutex below, on the stream of
+// their device.
+unsafe impl Send for Lt {}
+
+/// What cuBLASLt may use beside its operands (its own default on Hopper).
+const LT_WORKSPACE_BYTES: usize = 32 << 20;
+/// Planned shapes kept per device; past this (prompts of ever new lengths) the plans start over.
+const LT_MAX_PLANS: usize = 256;
+
+/// `Y = (X ⊙ x_scale) · (W ⊙ w_scale)ᵀ` on FP8 tensor cores: cuBLASLt with outer-vector scales,
+/// column-major Yᵀ = Wᵀ·X (A = W transposed, B = X: the TN layout FP8 requires).
+pub fn gemm_bt_fp8_row_scales(
+    x: &Tensor,
+    x_scale: &Tensor,
+    w: &Tensor,
+    w_scale: &Tensor,
+    dtype: DType,
+) -> Result<Tensor> {
+    use candle_core::cuda::cudarc::cublaslt::{result as lt, sys as lts};
+    use lts::cublasLtMatmulDescAttributes_t as attribute;
+    let dev = cuda_device(x.device())?;
+    let (m, k) = x.dims2()?;
+    let n = w.dim(0)?;
+    let y = empty(&Shape::from((m, n)), dtype, x.device())?;
+    let stream = dev.cuda_stream();
+    let pointer = |t: &Tensor| address(t, false, &stream).map(|a| a as *const c_void);
+    let (xp, xsp, wp, wsp, yp) = (
+        pointer(x)?,
+        pointer(x_scale)?,
+        pointer(w)?,
+        pointer(w_scale)?,
+        pointer(&y)?,
+    );
+    static HANDLES: OnceLock<Mutex<HashMap<candle_core::cuda::DeviceId, Lt>>> = OnceLock::new();
+    let mut handles = HANDLES.get_or_init(Default::default).lock().unwrap();
+    let state = match handles.entry(dev.id()) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Lt {
+            handle: lt_ok(lt::create_handle())?,
+            // SAFETY: cuBLASLt's scratch space; nothing reads it before cuBLASLt writes it.
+            workspace: unsafe { stream.alloc::<u8>(LT_WORKSPACE_BYTES) }.w()?,
+            plans: HashMap::new(),
+        }),
+    };
+    if state.plans.len() >= LT_MAX_PLANS {
+        for (_, plan) in state.plans.drain() {
+            plan.destroy()?;
+        }
+    }
+    let handle = state.handle;
+    let plan = match state.plans.entry((m, n, k, dtype)) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(LtPlan::new(handle, m, n, k, dtype)?)
+        }
+    };
+    set_desc(
+        plan.desc,
+        attribute::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+        &wsp,
+    )?;
+    set_desc(
+        plan.desc,
+        attribute::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+        &xsp,
+    )?;
+    let workspace = state.workspace.device_ptr(&stream).0 as *mut c_void;
+    let [a_layout, b_layout, d_layout] = plan.layouts;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: the plan's descriptors are live, the pointers come from the tensors above (the
+    // output allocated for [m, n]), and the workspace holds LT_WORKSPACE_BYTES.
+    lt_ok(unsafe {
+        lt::matmul(
+            handle,
+            plan.desc,
+            (&alpha as *const f32).cast(),
+            (&beta as *const f32).cast(),
+            wp,
+            a_layout,
+            xp,
+            b_layout,
+            yp,
+            d_layout,
+            yp as *mut c_void,
+            d_layout,
+            &plan.algo,
+            workspace,
+            LT_WORKSPACE_BYTES,
+            stream.cu_stream() as _,
+        )
+    })?;
+    Ok(y)
+}
+
+impl LtPlan {
+    /// Descriptors for `[m, k]·[n, k]ᵀ` over e4m3 with outer-vector f32 scales, output `dtype`,
+    /// and cuBLASLt's fastest algorithm for them.
+    fn new(
+        handle: candle_core::cuda::cudarc::cublaslt::sys::cublasLtHandle_t,
+        m: usize,
+        n: usize,
+        k: usize,
+        dtype: DType,
+    ) -> Result<LtPlan> {
+        use candle_core::cuda::cudarc::cublas::sys::cublasOperation_t as operation;
+        use candle_core::cuda::cudarc::cublaslt::{result as lt, sys as lts};
+        use lts::cublasLtMatmulDescAttributes_t as attribute;
+        let out_type = match dtype {
+            DType::BF16 => lts::cudaDataType::CUDA_R_16BF,
+            DType::F16 => lts::cudaDataType::CUDA_R_16F,
+            DType::F32 => lts::cudaDataType::CUDA_R_32F,
+            other => candle_core::bail!("the FP8 GEMM has no {other:?} output"),
+        };
+        let e4m3 = lts::cudaDataType::CUDA_R_8F_E4M3;
+        let desc = lt_ok(lt::create_matmul_desc(
+            lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            lts::cudaDataType::CUDA_R_32F,
+        ))?;
+        let layouts = [
+            lt_ok(lt::create_matrix_layout(e4m3, k as u64, n as u64, k as i64))?,
+            lt_ok(lt::create_matrix_layout(e4m3, k as u64, m as u64, k as i64))?,
+            lt_ok(lt::create_matrix_layout(
+                out_type, n as u64, m as u64, n as i64,
+            ))?,
+        ];
+        let outer = lts::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        set_desc(
+            desc,
+            attribute::CUBLASLT_MATMUL_DESC_TRANSA,
+            &operation::CUBLAS_OP_T,
+        )?;
+        set_desc(
+            desc,
+            attribute::CUBLASLT_MATMUL_DESC_TRANSB,
+            &operation::CUBLAS_OP_N,
+        )?;
+        set_desc(desc, attribute::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer)?;
+        set_desc(desc, attribute::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer)?;
+        let preference = lt_ok(lt::create_matmul_pref())?;
+        let [a_layout, b_layout, d_layout] = layouts;
+        // SAFETY: every descriptor is live; the preference is destroyed after its one use.
+        let heuristic = unsafe {
+            let chosen = lt_ok(lt::set_matmul_pref_attribute(
+                preference,
+                lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&LT_WORKSPACE_BYTES as *const usize).cast(),
+                std::mem::size_of::<usize>(),
+            ))
+            .and_then(|()| {
+                lt_ok(lt::get_matmul_algo_heuristic(
+                    handle, desc, a_layout, b_layout, d_layout, d_layout, preference,
+                ))
+            });
+            lt_ok(lt::destroy_matmul_pref(preference))?;
+            chosen
+        };
+        let plan = |algo| LtPlan {
+            desc,
+            layouts,
+            algo,
+        };
+        match heuristic {
+            Ok(h) => Ok(plan(h.algo)),
+            Err(e) => {
+                // SAFETY: fresh all-zero bits are a valid (unused) algorithm value.
+                plan(unsafe { std::mem::zeroed() }).destroy()?;
+                Err(e.context(format!("cuBLASLt has no FP8 GEMM for M{m} N{n} K{k}")))
+            }
+        }
+    }
+
+    fn destroy(self) -> Result<()> {
+        use candle_core::cuda::cudarc::cublaslt::result as lt;
+        // SAFETY: made by `new`, and used by no one after this.
+        unsafe {
+            for layout in self.layouts {
+                lt_ok(lt::destroy_matrix_layout(layout))?;
+            }
+            lt_ok(lt::destroy_matmul_desc(self.desc))
+        }
+    }
+}
+
+fn lt_ok<T>(
+    result: std::result::Result<T, candle_core::cuda::cudarc::cublaslt::result::CublasError>,
+) -> Result<T> {
+    result.map_err(|e| candle_core::Error::Msg(format!("cuBLASLt: {e:?}")))
+}
+
+/// Sets one attribute of a matmul descriptor to `value`.
+fn set_desc<T>(
+    desc: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulDesc_t,
+    attribute: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulDescAttributes_t,
+    value: &T,
+) -> Result<()> {
+    use candle_core::cuda::cudarc::cublaslt::result::set_matmul_desc_attribute;
+    // SAFETY: `desc` is live; `value` is `size_of::<T>()` readable bytes.
+    lt_ok(unsafe {
+        set_matmul_desc_attribute(
+            desc,
+            attribute,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>(),
+        )
+    })
+}
+
 pub fn empty(shape: &Shape, dtype: DType, device: &Device) -> Result<Tensor> {
     let dev = cuda_device(device)?;
     let n = shape.elem_count();

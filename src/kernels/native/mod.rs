@@ -537,6 +537,26 @@ pub fn gemm_bt_accumulate(
     }
 }
 
+/// `Y [M, N] = (X_e4m3 ⊙ x_scale[row]) · (W_e4m3 ⊙ w_scale[row])ᵀ` in `dtype` on FP8 tensor
+/// cores (cuBLASLt with outer-vector scales: CUDA compute capability 8.9 or newer, K a multiple
+/// of 16). `x` and `w` hold e4m3 bits (U8 or F8E4M3), the scales are f32.
+pub fn gemm_bt_fp8_row_scales(
+    x: &Tensor,
+    x_scale: &Tensor,
+    w: &Tensor,
+    w_scale: &Tensor,
+    dtype: DType,
+) -> Result<Tensor> {
+    match x.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::gemm_bt_fp8_row_scales(x, x_scale, w, w_scale, dtype),
+        device => {
+            let _ = (x_scale, w, w_scale, dtype);
+            candle_core::bail!("no FP8 GEMM of this build drives {device:?}")
+        }
+    }
+}
+
 /// Row groups times their own matrix through the vendor BLAS's grouped GEMM: rows
 /// `[start_g, start_g + counts[g])` of `a [R, K]` times `b[g]ᵀ` (`b [G, N, K]`) → `[R, N]`.
 pub fn grouped_gemm_bt(a: &Tensor, counts: &[usize], b: &Tensor) -> Result<Tensor> {
