@@ -558,3 +558,22 @@ fn broken_checkpoints_fail_with_the_file_and_tensor_named() {
         );
     }
 }
+
+/// FP8_DYNAMIC rounds every quantised projection's input per token. g4's expert kernels take
+/// their inputs as they are, so a checkpoint with FP8 experts under that scheme is refused by
+/// name rather than run with inputs left unrounded.
+#[test]
+fn fp8_dynamic_experts_are_refused_by_name() {
+    let (_dir, golden) = copy_golden("fp8-moe");
+    let config_path = golden.join("model/config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = serde_json::json!({
+        "num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true
+    });
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    verify_fails_naming(
+        &golden,
+        "FP8 experts with inputs quantised per token (FP8_DYNAMIC) are not supported",
+    );
+}
