@@ -419,18 +419,32 @@ fn json_report_parses_and_counts_cases() {
     assert_eq!(case["matched"], case["total"]);
 }
 
+/// The f32 drift bound of a golden whose inputs are rounded to e4m3 (FP8_DYNAMIC): a last-bit
+/// difference in a sum moves an activation across a rounding boundary now and then, and each
+/// crossing moves log-probabilities by up to a few 1e-2. transformers' own cached and cache-free
+/// runs of fp8-dynamic's medium case differ by 6.0e-3 at its step 3 (g4 there: 6.0e-3); g4's
+/// largest is 2.9e-2. Leaving the rounding out drifts by 0.6–2.0 and fails at step 0.
+const E4M3_INPUT_DRIFT: f64 = 5e-2;
+
 /// In f32, g4's log-probabilities stay within 1e-4 of the reference's recorded top-5 at every
-/// step of every committed golden; one altered weight shows as drift in the report.
+/// step of every committed golden (`E4M3_INPUT_DRIFT` for fp8-dynamic); one altered weight shows
+/// as drift in the report.
 #[test]
 fn logprob_drift_is_reported_against_the_references_top_five() {
     let out = g4(&["verify-golden", "--json"]);
     assert!(out.status.success());
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for golden in report["goldens"].as_array().unwrap() {
+        let file = golden["file"].as_str().unwrap();
+        let bound = if file.contains("fp8-dynamic") {
+            E4M3_INPUT_DRIFT
+        } else {
+            1e-4
+        };
         for case in golden["cases"].as_array().unwrap() {
             let delta = case["max_logprob_delta"].as_f64().expect("recorded top-5");
             assert!(
-                delta < 1e-4,
+                delta < bound,
                 "{}: {}: {delta}",
                 golden["file"],
                 case["name"]
