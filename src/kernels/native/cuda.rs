@@ -340,7 +340,7 @@ pub fn gemm_bt_fp8_row_scales(
     let plan = match state.plans.entry((m, n, k, dtype)) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
-            e.insert(LtPlan::new(handle, m, n, k, dtype)?)
+            e.insert(LtPlan::new(handle, (m, n, k), dtype, (wsp, xsp))?)
         }
     };
     set_desc(
@@ -383,13 +383,13 @@ pub fn gemm_bt_fp8_row_scales(
 
 impl LtPlan {
     /// Descriptors for `[m, k]·[n, k]ᵀ` over e4m3 with outer-vector f32 scales, output `dtype`,
-    /// and cuBLASLt's fastest algorithm for them.
+    /// and cuBLASLt's fastest algorithm for them. cuBLASLt offers no algorithm for a descriptor
+    /// whose scale pointers are unset, so the first call's (W's, X's) are set before it is asked.
     fn new(
         handle: candle_core::cuda::cudarc::cublaslt::sys::cublasLtHandle_t,
-        m: usize,
-        n: usize,
-        k: usize,
+        (m, n, k): (usize, usize, usize),
         dtype: DType,
+        (w_scale, x_scale): (*const c_void, *const c_void),
     ) -> Result<LtPlan> {
         use candle_core::cuda::cudarc::cublas::sys::cublasOperation_t as operation;
         use candle_core::cuda::cudarc::cublaslt::{result as lt, sys as lts};
@@ -425,6 +425,16 @@ impl LtPlan {
         )?;
         set_desc(desc, attribute::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer)?;
         set_desc(desc, attribute::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer)?;
+        set_desc(
+            desc,
+            attribute::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+            &w_scale,
+        )?;
+        set_desc(
+            desc,
+            attribute::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+            &x_scale,
+        )?;
         let preference = lt_ok(lt::create_matmul_pref())?;
         let [a_layout, b_layout, d_layout] = layouts;
         // SAFETY: every descriptor is live; the preference is destroyed after its one use.
