@@ -34,6 +34,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
 from transformers import GenerationConfig
+from compressed_tensors.quantization import apply_quantization_config
 
 from fp8_checkpoint import EXPERTS as FP8_EXPERTS, LINEAR as FP8_LINEAR
 from fp8_checkpoint import quantization_config, quantize_rows, stored_tensors
@@ -96,6 +97,15 @@ VARIANTS = {
         global_head_dim=32, hidden_size_per_layer_input=8, num_kv_shared_layers=4,
         use_double_wide_mlp=True,
     ), dict(layout="text_only", storage="float32", fp8=True, fp8_inputs=True)),
+    # FP8_DYNAMIC with its experts quantised too, exploded per expert: the layout of
+    # SilentEight's gemma-4-26B-A4B-it-FP8-Dynamic (llm-compressor's model_free_ptq). fp8-moe's
+    # architecture; the reference rounds every expert projection's input as well (see
+    # `ExplodedExperts`).
+    "fp8-dynamic-moe": (dict(
+        num_hidden_layers=6, layer_types=[S, S, F, S, S, F], num_key_value_heads=2, global_head_dim=32,
+        num_global_key_value_heads=1, attention_k_eq_v=True, hidden_size_per_layer_input=8,
+        num_kv_shared_layers=2, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+    ), dict(layout="text_only", storage="float32", fp8=True, fp8_inputs=True)),
 }
 
 # (case name, prompt length, new tokens); prompts are drawn from a seeded generator and redrawn
@@ -146,15 +156,18 @@ def make_case(model, name, length, new_tokens, seed, vocab, redraw_on_disagreeme
     rounded to e4m3, where a last-bit difference between HF's cached and cache-free sums can move
     an activation across a rounding boundary), also until both paths agree."""
     gen = torch.Generator().manual_seed(seed)
+    rejected = {"margin": 0, "disagreement": 0}
     for attempt in range(50):
         prompt = [2] + torch.randint(3, vocab, (length - 1,), generator=gen).tolist()
         tokens, logprobs = greedy_with_scores(model, prompt, new_tokens)
         top = [lp.topk(TOP_K) for lp in logprobs]
         margins = [float(t.values[0] - t.values[1]) for t in top]
         if min(margins) < MIN_MARGIN:
+            rejected["margin"] += 1
             continue
         if cache_free_greedy(model, prompt, new_tokens) != tokens:
             if redraw_on_disagreement:
+                rejected["disagreement"] += 1
                 continue
             raise SystemExit(f"{name}: HF cached and cache-free greedy disagree; refusing to write a golden")
         return {
@@ -165,7 +178,7 @@ def make_case(model, name, length, new_tokens, seed, vocab, redraw_on_disagreeme
             "min_margin": round(min(margins), 6),
             "prompt_attempt": attempt,
         }
-    raise SystemExit(f"{name}: no prompt with margins >= {MIN_MARGIN} in 50 attempts")
+    raise SystemExit(f"{name}: no usable prompt in 50 attempts (rejected: {rejected})")
 
 
 def fp8_quantize_in_place(model):
@@ -178,6 +191,85 @@ def fp8_quantize_in_place(model):
                 param.copy_(q.float() * scale)
                 stored[name] = (q, scale)
     return stored
+
+
+class ExplodedExperts(torch.nn.Module):
+    """One layer's experts as the Linear modules an FP8 checkpoint stores them in
+    (`experts.{e}.gate_proj` / `up_proj` / `down_proj`), the layout llm-compressor quantises and
+    vLLM runs. transformers 5.24 packs experts into 3-D tensors and has no conversion from this
+    layout for Gemma-4 (it leaves the packed tensors uninitialised), so its compressed-tensors
+    integration never reaches an expert. As Linear modules, each expert projection gets the
+    same dynamic per-token input rounding from compressed-tensors as every other projection.
+    `forward` is Gemma4TextExperts.forward's arithmetic, expert by expert in the same order."""
+
+    def __init__(self, packed):
+        super().__init__()
+        width = packed.intermediate_dim
+        self.experts = []
+        for e, (gate_up, down) in enumerate(zip(packed.gate_up_proj, packed.down_proj)):
+            expert = torch.nn.Module()
+            for name, weight in (("gate_proj", gate_up[:width]), ("up_proj", gate_up[width:]),
+                                 ("down_proj", down)):
+                linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+                linear.weight.data.copy_(weight)
+                setattr(expert, name, linear)
+            self.add_module(str(e), expert)
+            self.experts.append(expert)
+        self.act_fn = packed.act_fn
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        # [experts, slots, tokens]: each expert's rows in (slot, token) order, as transformers takes them.
+        routed = torch.nn.functional.one_hot(top_k_index, num_classes=len(self.experts)).permute(2, 1, 0)
+        for e, expert in enumerate(self.experts):
+            slot, token = torch.where(routed[e])
+            if token.numel() == 0:
+                continue
+            # [1, rows, H]: compressed-tensors rounds per token only along a 3-D input's last
+            # dimension (a 2-D one would share one scale).
+            rows = hidden_states[token].unsqueeze(0)
+            h = self.act_fn(expert.gate_proj(rows)) * expert.up_proj(rows)
+            y = expert.down_proj(h)[0] * top_k_weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+
+def explode_experts(loaded, source, stored):
+    """Puts `source`'s (dequantised) experts into `loaded` as `ExplodedExperts`, each checked
+    against transformers' packed experts on random rows before rounding; then has
+    compressed-tensors quantise their projections like the loaded model's other projections,
+    with the stored row scales. Returns how many projections that adds."""
+    quantizer = loaded.hf_quantizer
+    # The dense projections decompressed now (as on the first forward), so that the modules
+    # added below are not decompressed a second time.
+    quantizer.compressor.decompress_model(loaded)
+    added = []
+    gen = torch.Generator().manual_seed(7)
+    for i, layer in enumerate(source.model.layers):
+        if not getattr(layer, "enable_moe_block", False):
+            continue
+        packed = layer.experts
+        exploded = ExplodedExperts(packed)
+        tokens, experts = 5, len(exploded.experts)
+        rows = torch.randn(tokens, packed.hidden_dim, generator=gen)
+        ids = torch.stack([torch.randperm(experts, generator=gen)[:2] for _ in range(tokens)])
+        weights = torch.rand(tokens, 2, generator=gen)
+        want, got = packed(rows, ids, weights), exploded(rows, ids, weights)
+        if not torch.allclose(want, got, rtol=1e-5, atol=1e-5 * float(want.abs().max())):
+            raise SystemExit(f"layer {i}: exploded experts differ from transformers' packed experts")
+        loaded.model.layers[i].experts = exploded
+        gate_up_scale = stored[f"model.layers.{i}.experts.gate_up_proj"][1]
+        down_scale = stored[f"model.layers.{i}.experts.down_proj"][1]
+        width = packed.intermediate_dim
+        for e, expert in enumerate(exploded.experts):
+            scales = (gate_up_scale[e][:width], gate_up_scale[e][width:], down_scale[e])
+            for linear, scale in zip((expert.gate_proj, expert.up_proj, expert.down_proj), scales):
+                added.append((linear, scale))
+    config = quantizer.compressor.quantization_config
+    apply_quantization_config(loaded, config, allowed_modules=[linear for linear, _ in added])
+    for linear, scale in added:
+        linear.weight_scale.data.copy_(scale)
+    return len(added)
 
 
 def fp8_checkpoint(model_dir, stored, dynamic_inputs):
@@ -273,10 +365,12 @@ def build(name, overrides, opts, out_root, seed):
         fp8_checkpoint(model_dir, fp8, opts.get("fp8_inputs", False))
     if cases is None:
         loaded = Gemma4ForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+        dense = sum(1 for n in fp8 if not FP8_EXPERTS.search(n))
+        expected = dense + explode_experts(loaded, model, fp8)
         rounded = [m for m in loaded.modules() if getattr(m, "quantization_scheme", None) is not None
                    and m.quantization_scheme.input_activations is not None]
-        if len(rounded) != len(fp8):
-            raise SystemExit(f"{name}: transformers rounds the inputs of {len(rounded)} projections, expected {len(fp8)}")
+        if len(rounded) != expected:
+            raise SystemExit(f"{name}: transformers rounds the inputs of {len(rounded)} projections, expected {expected}")
         cases = make_cases(loaded.eval())
     if opts.get("released_style"):
         shared = range(text_cfg["num_hidden_layers"] - text_cfg.get("num_kv_shared_layers", 0),

@@ -2,7 +2,7 @@
 //! checkpoint, never reads green when a checkpoint is missing, and names the file and tensor
 //! when a checkpoint is broken.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -436,7 +436,7 @@ fn logprob_drift_is_reported_against_the_references_top_five() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for golden in report["goldens"].as_array().unwrap() {
         let file = golden["file"].as_str().unwrap();
-        let bound = if file.contains("fp8-dynamic") {
+        let bound = if file.contains("/fp8-dynamic/") {
             E4M3_INPUT_DRIFT
         } else {
             1e-4
@@ -573,21 +573,19 @@ fn broken_checkpoints_fail_with_the_file_and_tensor_named() {
     }
 }
 
-/// FP8_DYNAMIC rounds every quantised projection's input per token. g4's expert kernels take
-/// their inputs as they are, so a checkpoint with FP8 experts under that scheme is refused by
-/// name rather than run with inputs left unrounded.
+/// FP8_DYNAMIC experts are run with every projection's input rounded, or not at all: a layer
+/// whose experts store gate and up in FP8 but one down projection in f32 is refused by name
+/// rather than run with some inputs rounded and some not.
 #[test]
-fn fp8_dynamic_experts_are_refused_by_name() {
-    let (_dir, golden) = copy_golden("fp8-moe");
-    let config_path = golden.join("model/config.json");
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
-    config["quantization_config"]["config_groups"]["group_0"]["input_activations"] = serde_json::json!({
-        "num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true
-    });
-    std::fs::write(&config_path, config.to_string()).unwrap();
+fn fp8_dynamic_experts_partly_in_fp8_are_refused_by_name() {
+    let (_dir, golden) = copy_golden("fp8-dynamic-moe");
+    rewrite_tensor(
+        &golden.join("model/model.safetensors"),
+        "model.layers.2.experts.1.down_proj.weight",
+        |t| t.to_dtype(DType::F32).unwrap(),
+    );
     verify_fails_naming(
         &golden,
-        "FP8 experts with inputs quantised per token (FP8_DYNAMIC) are not supported",
+        "layer 2: FP8_DYNAMIC experts store gate and up in FP8 but not down",
     );
 }

@@ -173,13 +173,31 @@ pub(super) fn fp8_matmul_cases(
     rng: &mut StdRng,
     shapes: &[(usize, usize, usize)],
 ) -> Result<Vec<Case>> {
+    fp8_matmul_cases_with(
+        device,
+        dtype,
+        rng,
+        shapes,
+        |_, x, weight, scale, (m, n, k)| Ok(reference(x, weight, scale, m, n, k)),
+    )
+}
+
+/// `fp8_matmul_cases` with another expected value: `expected(builder, x, weight, scale, (m, n,
+/// k))`, the weight as its decoded e4m3 values.
+pub(super) fn fp8_matmul_cases_with(
+    device: &Device,
+    dtype: DType,
+    rng: &mut StdRng,
+    shapes: &[(usize, usize, usize)],
+    expected: impl Fn(&Builder, &[f64], &[f64], &[f64], (usize, usize, usize)) -> Result<Vec<f64>>,
+) -> Result<Vec<Case>> {
     shapes
         .iter()
         .map(|&(m, n, k)| {
             let mut c = Builder::new(device, dtype, rng);
             let x = c.uniform(&[m, k], -1.0, 1.0)?;
             let (weight, scale) = dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
-            let expected = reference(&x, &weight, &scale, m, n, k);
+            let expected = expected(&c, &x, &weight, &scale, (m, n, k))?;
             Ok(c.finish(format!("M{m} N{n} K{k}"), expected))
         })
         .collect()

@@ -5,7 +5,7 @@
 //! both scales applied to its f32 sums), and everything else as the rounding kernel followed by
 //! `matmul_bt_fp8_channel`.
 
-use super::check::Case;
+use super::check::{Builder, Case};
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::matmul_bt_fp8_channel::{self, GEMV_MAX_ROWS};
 use super::{arm_for, linear, native, round_rows_e4m3, Arm, Op};
@@ -45,7 +45,7 @@ const FP8_GEMM_ALIGNMENT: usize = 16;
 /// quantised to e4m3 with their scales (one launch, src/kernels/cuda/fp8.cu), then cuBLASLt.
 /// Otherwise the rounding kernel and `matmul_bt_fp8_channel` (its GEMV for decode).
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
+    use super::native::{empty, Arg};
     let (rows, out_shape) = linear::rows_of(x, weight)?;
     let (m, k) = rows.dims2()?;
     let tensor_cores = m > GEMV_MAX_ROWS
@@ -66,14 +66,7 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         Arg::Tensor(&row_scales),
         Arg::I32(k as i32),
     ];
-    let lanes = warp_lanes(x.device());
-    let grid = Grid::of_warps(m, round_rows_e4m3::warps_per_row(m, lanes), lanes);
-    launch(
-        &kernel_name("quantize_rows_e4m3", x.dtype())?,
-        x.device(),
-        grid,
-        &args,
-    )?;
+    round_rows_e4m3::launch_per_row("quantize_rows_e4m3", &rows, m, &args)?;
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let y = native::gemm_bt_fp8_row_scales(
         &quantised,
@@ -163,16 +156,10 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (24, 17, 136),
         (64, 512, 1024),
     ];
-    shapes
-        .iter()
-        .map(|&(m, n, k)| {
-            let mut c = super::check::Builder::new(device, dtype, rng);
-            let x = c.uniform(&[m, k], -1.0, 1.0)?;
-            let (weight, scale) = super::dequant_fp8_channel::fp8_weight(&mut c, n, k)?;
-            let expected = reference(&x, &weight, &scale, (m, n, k), dtype, |v, d| c.round(v, d))?;
-            Ok(c.finish(format!("M{m} N{n} K{k}"), expected))
-        })
-        .collect()
+    let expected = |c: &Builder, x: &[f64], weight: &[f64], scale: &[f64], shape| {
+        reference(x, weight, scale, shape, dtype, |v, d| c.round(v, d))
+    };
+    matmul_bt_fp8_channel::fp8_matmul_cases_with(device, dtype, rng, &shapes, expected)
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {

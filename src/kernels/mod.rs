@@ -35,6 +35,7 @@ pub mod matmul_bt_fp8_dynamic;
 pub mod moe_combine;
 pub mod moe_experts;
 pub mod moe_experts_fp8;
+pub mod moe_experts_fp8_dynamic;
 pub mod moe_gather_rows;
 pub mod moe_inputs;
 pub mod moe_output;
@@ -96,6 +97,7 @@ fused_ops! {
     MoeCombine => moe_combine,
     MoeExperts => moe_experts,
     MoeExpertsFp8 => moe_experts_fp8,
+    MoeExpertsFp8Dynamic => moe_experts_fp8_dynamic,
     MoeInputs => moe_inputs,
     MoeOutput => moe_output,
     Rope => rope,

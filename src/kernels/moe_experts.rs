@@ -51,18 +51,33 @@ pub fn composed(
     gate_up: &Tensor,
     down: &Tensor,
 ) -> Result<Tensor> {
-    let routing = Routing::by_expert(ids, gate_up.dim(0)?)?;
+    let expert = |e| Ok((gate_up.get(e)?, down.get(e)?));
+    composed_by_expert(x, ids, weights, gate_up.dim(0)?, expert, None)
+}
+
+/// `composed` over `experts` experts whose `(gate_up, down)` weights `expert(e)` gives (only
+/// the routed ones are asked for), with `round_hidden` applied to each expert's GeGLU rows.
+pub(super) fn composed_by_expert(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    experts: usize,
+    expert: impl Fn(usize) -> Result<(Tensor, Tensor)>,
+    round_hidden: Option<RoundRows>,
+) -> Result<Tensor> {
+    let routing = Routing::by_expert(ids, experts)?;
     let inputs = moe_gather_rows::moe_gather_rows(x, &routing.rows)?;
     let mut outputs = Vec::new();
     let mut start = 0;
-    for (expert, &count) in routing.counts.iter().enumerate() {
+    for (e, &count) in routing.counts.iter().enumerate() {
         if count == 0 {
             continue;
         }
+        let (gate_up, down) = expert(e)?;
         let rows_of_expert = inputs.narrow(0, start, count)?;
-        let gate_up_rows = linear::linear(&rows_of_expert, &gate_up.get(expert)?)?;
-        let h = gelu_and_mul::gelu_and_mul(&gate_up_rows)?;
-        outputs.push(linear::linear(&h, &down.get(expert)?)?);
+        let gate_up_rows = linear::linear(&rows_of_expert, &gate_up)?;
+        let h = rounded(gelu_and_mul::gelu_and_mul(&gate_up_rows)?, round_hidden)?;
+        outputs.push(linear::linear(&h, &down)?);
         start += count;
     }
     let y = if outputs.is_empty() {
@@ -71,6 +86,19 @@ pub fn composed(
         Some(Tensor::cat(&outputs, 0)?)
     };
     routing.combine(x, y.as_ref(), weights)
+}
+
+/// Rounds each row of a tensor on its own (an arm of `round_rows_e4m3`): what an FP8_DYNAMIC
+/// checkpoint's down projection does to its input, the GeGLU rows between an expert's two
+/// projections.
+pub(super) type RoundRows = fn(&Tensor) -> Result<Tensor>;
+
+/// `h`, through `round_hidden` where there is one.
+fn rounded(h: Tensor, round_hidden: Option<RoundRows>) -> Result<Tensor> {
+    match round_hidden {
+        Some(round) => round(&h),
+        None => Ok(h),
+    }
 }
 
 /// The routed rows in expert order: each expert's count, the token of each routed row, and
@@ -137,6 +165,7 @@ pub(super) fn prefill(
     weights: &Tensor,
     gate_up: &Tensor,
     down: &Tensor,
+    round_hidden: Option<RoundRows>,
 ) -> Result<Tensor> {
     let (x, gate_up, down) = (x.contiguous()?, gate_up.contiguous()?, down.contiguous()?);
     let rows = |weight| ExpertRows {
@@ -144,9 +173,9 @@ pub(super) fn prefill(
         scale: None,
     };
     if runs_on_device(&x, rows(&gate_up), rows(&down))? {
-        device_grouped(&x, ids, weights, rows(&gate_up), rows(&down))
+        device_grouped(&x, ids, weights, rows(&gate_up), rows(&down), round_hidden)
     } else {
-        host_grouped(&x, ids, weights, &gate_up, &down)
+        host_grouped(&x, ids, weights, &gate_up, &down, round_hidden)
     }
 }
 
@@ -192,6 +221,7 @@ pub(super) fn device_grouped(
     weights: &Tensor,
     gate_up: ExpertRows,
     down: ExpertRows,
+    round_hidden: Option<RoundRows>,
 ) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, launch_with_shared, Arg, Grid};
     let (device, dtype) = (x.device(), x.dtype());
@@ -264,6 +294,7 @@ pub(super) fn device_grouped(
         hidden,
         GROUPED_WEIGHT_ROWS / 2,
     )?;
+    let h = rounded(h, round_hidden)?;
     let y = project(
         "down",
         &[Arg::Tensor(&h)],
@@ -283,11 +314,12 @@ fn host_grouped(
     weights: &Tensor,
     gate_up: &Tensor,
     down: &Tensor,
+    round_hidden: Option<RoundRows>,
 ) -> Result<Tensor> {
     let routing = Routing::by_expert(ids, gate_up.dim(0)?)?;
     let inputs = moe_gather_rows::moe_gather_rows(x, &routing.rows)?.contiguous()?;
     let gate_up_rows = native::grouped_gemm_bt(&inputs, &routing.counts, &gate_up.contiguous()?)?;
-    let h = gelu_and_mul::gelu_and_mul(&gate_up_rows)?.contiguous()?;
+    let h = rounded(gelu_and_mul::gelu_and_mul(&gate_up_rows)?, round_hidden)?.contiguous()?;
     let y = native::grouped_gemm_bt(&h, &routing.counts, &down.contiguous()?)?;
     routing.combine(x, Some(&y), weights)
 }
@@ -318,7 +350,7 @@ fn native_fwd(
         return composed(x, ids, weights, gate_up, down);
     }
     if tokens > NATIVE_MAX_TOKENS {
-        return prefill(x, ids, weights, gate_up, down);
+        return prefill(x, ids, weights, gate_up, down, None);
     }
     let fits = slots <= NATIVE_MAX_SLOTS
         && hidden.is_multiple_of(per_vector)
@@ -334,7 +366,8 @@ fn native_fwd(
         weight,
         scale: None,
     };
-    launch_decode("moe_experts", &x, ids, weights, rows(&gate_up), rows(&down))
+    let (gate_up, down) = (rows(&gate_up), rows(&down));
+    launch_decode("moe_experts", &x, ids, weights, gate_up, down, None)
 }
 
 /// Every expert's projection as the native kernels read it: its weight rows, and their scales
@@ -347,7 +380,8 @@ pub(super) struct ExpertRows<'a> {
 
 /// The decode arm's two launches of `{kernel}_gate_up` and `{kernel}_down` (moe_experts.cu),
 /// shared by `moe_experts` and `moe_experts_fp8`: gate_up with the activation fused, then down
-/// with the weighted combine. Each weight is followed by its scales when it has them.
+/// with the weighted combine. Each weight is followed by its scales when it has them;
+/// `round_hidden` runs between the two.
 pub(super) fn launch_decode(
     kernel: &str,
     x: &Tensor,
@@ -355,6 +389,7 @@ pub(super) fn launch_decode(
     weights: &Tensor,
     gate_up: ExpertRows,
     down: ExpertRows,
+    round_hidden: Option<RoundRows>,
 ) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg};
     let (tokens, hidden) = x.dims2()?;
@@ -393,6 +428,7 @@ pub(super) fn launch_decode(
         gate_up_grid,
         &args,
     )?;
+    let h = rounded(h, round_hidden)?;
     let mut args = vec![
         Arg::Tensor(&h),
         Arg::Tensor(&ids),
@@ -411,7 +447,8 @@ pub(super) fn launch_decode(
     Ok(out)
 }
 
-/// Row-major f64: `x [S, H]`, `ids`/`weights [S, K]`, `gate_up [E, 2W, H]`, `down [E, H, W]`.
+/// Row-major f64: `x [S, H]`, `ids`/`weights [S, K]`, `gate_up [E, 2W, H]`, `down [E, H, W]`;
+/// `round_hidden` takes each routed row of GeGLU output before down sees it.
 #[allow(clippy::too_many_arguments)]
 pub fn reference(
     x: &[f64],
@@ -422,7 +459,8 @@ pub fn reference(
     slots: usize,
     hidden: usize,
     width: usize,
-) -> Vec<f64> {
+    round_hidden: impl Fn(Vec<f64>) -> Result<Vec<f64>>,
+) -> Result<Vec<f64>> {
     let tokens = x.len() / hidden;
     let mut out = vec![0.0; tokens * hidden];
     for t in 0..tokens {
@@ -434,6 +472,7 @@ pub fn reference(
             let h: Vec<f64> = (0..width)
                 .map(|j| reference::gelu_tanh(projected[j]) * projected[width + j])
                 .collect();
+            let h = round_hidden(h)?;
             let d = &down[e * hidden * width..(e + 1) * hidden * width];
             let y = reference::matmul_bt(&h, d, 1, hidden, width);
             for (o, v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(y) {
@@ -441,7 +480,7 @@ pub fn reference(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// The op's contract (`contract.rs`): checked against `reference` in every case below.
@@ -534,7 +573,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let gate_up = c.uniform(&[experts, 2 * width, hidden], -spread, spread)?;
         let down_spread = (width as f64).powf(-0.5) * 2.0;
         let down = c.uniform(&[experts, hidden, width], -down_spread, down_spread)?;
-        let expected = reference(&x, &ids, &weights, &gate_up, &down, slots, hidden, width);
+        let expected = reference(
+            &x, &ids, &weights, &gate_up, &down, slots, hidden, width, Ok,
+        )?;
         let label = format!("S{tokens} top-{slots} of {experts} H{hidden} W{width}");
         cases.push(c.finish(label, expected));
     }

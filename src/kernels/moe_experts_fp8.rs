@@ -7,7 +7,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::moe_experts::{self, ExpertRows, NATIVE_MAX_SLOTS, NATIVE_MAX_TOKENS};
+use super::moe_experts::{self, ExpertRows, RoundRows, NATIVE_MAX_SLOTS, NATIVE_MAX_TOKENS};
 use super::{arm_for, dequant_fp8_channel, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
@@ -78,16 +78,27 @@ pub fn composed(
     moe_experts::composed(x, ids, weights, &gate_up, &down)
 }
 
-/// CUDA arm: for decode, `moe_experts`' two launches over e4m3 rows
-/// (src/kernels/cuda/moe_experts.cu); for a prefill, `moe_experts`' device-side grouped GEMMs
-/// over the e4m3 rows (moe_grouped.cu), or where those do not take it the native
-/// dequantisation and `moe_experts`' prefill.
 fn native_fwd(
     x: &Tensor,
     ids: &Tensor,
     weights: &Tensor,
     gate_up: Fp8Experts,
     down: Fp8Experts,
+) -> Result<Tensor> {
+    native_paths(x, ids, weights, gate_up, down, None)
+}
+
+/// CUDA arm: for decode, `moe_experts`' two launches over e4m3 rows
+/// (src/kernels/cuda/moe_experts.cu); for a prefill, `moe_experts`' device-side grouped GEMMs
+/// over the e4m3 rows (moe_grouped.cu), or where those do not take it the native
+/// dequantisation and `moe_experts`' prefill. `round_hidden` runs between the projections.
+pub(super) fn native_paths(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+    round_hidden: Option<RoundRows>,
 ) -> Result<Tensor> {
     use super::native::vector_aligned;
     let (tokens, hidden) = x.dims2()?;
@@ -113,7 +124,14 @@ fn native_fwd(
         },
     );
     if tokens > NATIVE_MAX_TOKENS && moe_experts::runs_on_device(&x, gate_up_rows, down_rows)? {
-        return moe_experts::device_grouped(&x, ids, weights, gate_up_rows, down_rows);
+        return moe_experts::device_grouped(
+            &x,
+            ids,
+            weights,
+            gate_up_rows,
+            down_rows,
+            round_hidden,
+        );
     }
     if !fits
         || ![&x, &gate_up_weight, &down_weight]
@@ -124,9 +142,10 @@ fn native_fwd(
             gate_up.dequantised(x.dtype(), true)?,
             down.dequantised(x.dtype(), true)?,
         );
-        return moe_experts::prefill(&x, ids, weights, &gate_up, &down);
+        return moe_experts::prefill(&x, ids, weights, &gate_up, &down, round_hidden);
     }
-    moe_experts::launch_decode("moe_experts_fp8", &x, ids, weights, gate_up_rows, down_rows)
+    let (kernel, gate_up, down) = ("moe_experts_fp8", gate_up_rows, down_rows);
+    moe_experts::launch_decode(kernel, &x, ids, weights, gate_up, down, round_hidden)
 }
 
 /// The op's contract (`contract.rs`): checked against `moe_experts::reference` on the
@@ -160,7 +179,7 @@ pub const CONTRACT: OpContract = OpContract {
 };
 
 /// Shapes the native arm hands to another path.
-const SHAPE_PATHS: &[ShapePath] = &[
+pub(super) const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "up to 8 tokens (decode), up to 8 experts each, H and W multiples of 16",
         path: "native: chosen experts' e4m3 rows read by id and decoded in registers, two launches",
@@ -179,6 +198,54 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
+    fp8_expert_cases(device, dtype, rng, |_, v| {
+        v.moe_experts_rounding(|rows, _| Ok(rows))
+    })
+}
+
+/// One case's values as the f64 reference sees them: the weights dequantised, row-major.
+pub(super) struct ExpertValues {
+    pub x: Vec<f64>,
+    pub ids: Vec<usize>,
+    pub weights: Vec<f64>,
+    pub gate_up: Vec<f64>,
+    pub down: Vec<f64>,
+    pub slots: usize,
+    pub hidden: usize,
+    pub width: usize,
+}
+
+impl ExpertValues {
+    /// `moe_experts::reference` of these values, with `round(rows, cols)` applied to each
+    /// token's input row and each routed row of GeGLU output.
+    pub fn moe_experts_rounding(
+        &self,
+        round: impl Fn(Vec<f64>, usize) -> Result<Vec<f64>>,
+    ) -> Result<Vec<f64>> {
+        let x = round(self.x.clone(), self.hidden)?;
+        moe_experts::reference(
+            &x,
+            &self.ids,
+            &self.weights,
+            &self.gate_up,
+            &self.down,
+            self.slots,
+            self.hidden,
+            self.width,
+            |h| round(h, self.width),
+        )
+    }
+}
+
+/// The cases of an op over e4m3 experts: the inputs (x, ids, weights, then the e4m3 weights as
+/// raw inputs 1 and 2 and their scales as float inputs 2 and 3, see `experts_of`) and
+/// `expected(builder, values)`.
+pub(super) fn fp8_expert_cases(
+    device: &Device,
+    dtype: DType,
+    rng: &mut StdRng,
+    expected: impl Fn(&Builder, &ExpertValues) -> Result<Vec<f64>>,
+) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
     // (tokens, experts per token, experts, hidden, expert width): as moe_experts' cases, the
     // prefill ones past one pass of the grouped GEMM's tile and at 26B-A4B's expert sizes, the
@@ -201,10 +268,17 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let (gate_up, gate_up_scale) =
             dequant_fp8_channel::fp8_weight(&mut c, experts * 2 * width, hidden)?;
         let (down, down_scale) = dequant_fp8_channel::fp8_weight(&mut c, experts * hidden, width)?;
-        let gate_up = dequant_fp8_channel::reference(&gate_up, &gate_up_scale, hidden);
-        let down = dequant_fp8_channel::reference(&down, &down_scale, width);
-        let expected =
-            moe_experts::reference(&x, &ids, &weights, &gate_up, &down, slots, hidden, width);
+        let values = ExpertValues {
+            x,
+            ids,
+            weights,
+            gate_up: dequant_fp8_channel::reference(&gate_up, &gate_up_scale, hidden),
+            down: dequant_fp8_channel::reference(&down, &down_scale, width),
+            slots,
+            hidden,
+            width,
+        };
+        let expected = expected(&c, &values)?;
         let label = format!("S{tokens} top-{slots} of {experts} H{hidden} W{width}");
         cases.push(c.finish(label, expected));
     }
@@ -225,7 +299,11 @@ fn experts_of(c: &Case) -> Result<[Tensor; 4]> {
     ])
 }
 
-fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+/// `with(gate_up, down)` on a case's experts (`experts_of`).
+pub(super) fn with_experts_of<T>(
+    c: &Case,
+    with: impl FnOnce(Fp8Experts, Fp8Experts) -> Result<T>,
+) -> Result<T> {
     let [gate_up, gate_up_scale, down, down_scale] = experts_of(c)?;
     let gate_up = Fp8Experts {
         weight: &gate_up,
@@ -235,12 +313,13 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
         weight: &down,
         scale: &down_scale,
     };
-    Ok(vec![moe_experts_fp8_on(
-        arm,
-        c.float(0),
-        c.raw(0),
-        c.float(1),
-        gate_up,
-        down,
-    )?])
+    with(gate_up, down)
+}
+
+fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
+    let (x, ids, weights) = (c.float(0), c.raw(0), c.float(1));
+    let y = with_experts_of(c, |gate_up, down| {
+        moe_experts_fp8_on(arm, x, ids, weights, gate_up, down)
+    })?;
+    Ok(vec![y])
 }

@@ -5,7 +5,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
-use super::native::{self};
+use super::native;
 use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor, D};
 use rand::{rngs::StdRng, Rng};
@@ -50,7 +50,7 @@ pub fn composed(x: &Tensor) -> Result<Tensor> {
 
 /// GPU arm: one block per row (src/kernels/cuda/fp8.cu).
 fn native_fwd(x: &Tensor) -> Result<Tensor> {
-    use super::native::{empty, kernel_name, launch, warp_lanes, Arg, Grid};
+    use super::native::{empty, Arg};
     let x = x.contiguous()?;
     let cols = x.dim(D::Minus1)?;
     let rows = x.elem_count() / cols.max(1);
@@ -59,21 +59,29 @@ fn native_fwd(x: &Tensor) -> Result<Tensor> {
         return Ok(out);
     }
     let args = [Arg::Tensor(&x), Arg::Tensor(&out), Arg::I32(cols as i32)];
+    launch_per_row("round_rows_e4m3", &x, rows, &args)?;
+    Ok(out)
+}
+
+/// `kernel` in x's dtype over `rows` rows of x, one block a row: `round_rows_e4m3`'s kernel, and
+/// `quantize_rows_e4m3` (the same rounding, written as e4m3 bits and scales) for
+/// `matmul_bt_fp8_dynamic`.
+pub(super) fn launch_per_row(
+    kernel: &str,
+    x: &Tensor,
+    rows: usize,
+    args: &[native::Arg],
+) -> Result<()> {
+    use super::native::{kernel_name, launch, warp_lanes, Grid};
     let lanes = warp_lanes(x.device());
     let grid = Grid::of_warps(rows, warps_per_row(rows, lanes), lanes);
-    launch(
-        &kernel_name("round_rows_e4m3", x.dtype())?,
-        x.device(),
-        grid,
-        &args,
-    )?;
-    Ok(out)
+    launch(&kernel_name(kernel, x.dtype())?, x.device(), grid, args)
 }
 
 /// Warps of `lanes` in the block that rounds one row: a decode step's few rows are each a
 /// launch's whole work, on its critical path, so they get the most threads a block can have
 /// (1,024); prefill's many rows fill the GPU with blocks of 256.
-pub(super) fn warps_per_row(rows: usize, lanes: usize) -> usize {
+fn warps_per_row(rows: usize, lanes: usize) -> usize {
     let threads = if rows <= super::matmul_bt_fp8_channel::GEMV_MAX_ROWS {
         1024
     } else {

@@ -16,6 +16,7 @@ use crate::kernels::{
     linear_gelu_mul::Up,
     moe_experts::moe_experts,
     moe_experts_fp8::{moe_experts_fp8, Fp8Experts},
+    moe_experts_fp8_dynamic::moe_experts_fp8_dynamic,
     moe_inputs::moe_inputs,
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
@@ -143,8 +144,9 @@ struct Moe {
 }
 
 /// Every expert's projections, `gate_up [E, 2W, H]` and `down [E, H, W]`: in the compute dtype,
-/// or — an FP8 checkpoint where the registry runs `moe_experts_fp8` natively — e4m3 with their
-/// row scales `[E, 2W]` and `[E, H]`.
+/// or e4m3 with their row scales `[E, 2W]` and `[E, H]` — an FP8 checkpoint's where the registry
+/// runs `moe_experts_fp8` natively, and an FP8_DYNAMIC checkpoint's everywhere (their inputs
+/// are rounded to e4m3 per row, `inputs`).
 enum Experts {
     Dense {
         gate_up: Tensor,
@@ -155,6 +157,7 @@ enum Experts {
         gate_up_scale: Tensor,
         down: Tensor,
         down_scale: Tensor,
+        inputs: Fp8Activations,
     },
 }
 
@@ -176,31 +179,35 @@ impl Experts {
             width: moe.expert_width,
             columns: shard.width(moe.expert_width),
         };
-        // The expert kernels take their inputs as they are: rounding them to e4m3 per token, as
-        // FP8_DYNAMIC asks of quantised experts, is not written yet.
-        if inputs == Fp8Activations::DynamicPerToken
+        // FP8_DYNAMIC experts stay e4m3 on every device: their inputs are rounded by
+        // `moe_experts_fp8_dynamic`, whose composed arm dequantises only the routed experts.
+        let rounded = inputs == Fp8Activations::DynamicPerToken
             && experts.exploded()
-            && ckpt.stored_fp8(&experts.exploded_parts(ExpertTensor::GateUp))?
-        {
-            anyhow::bail!(
-                "layer {layer}: FP8 experts with inputs quantised per token (FP8_DYNAMIC) are not supported; g4 reads FP8_DYNAMIC checkpoints whose experts are kept in bf16"
-            );
-        }
-        if let (Some(gate_up), Some(down)) = (
-            experts.fp8(ExpertTensor::GateUp)?,
-            experts.fp8(ExpertTensor::Down)?,
+            && ckpt.stored_fp8(&experts.exploded_parts(ExpertTensor::GateUp))?;
+        let (reader, inputs) = if rounded {
+            (None, Fp8Activations::DynamicPerToken)
+        } else {
+            (Some(Op::MoeExpertsFp8), Fp8Activations::AsIs)
+        };
+        match (
+            experts.e4m3(ExpertTensor::GateUp, reader)?,
+            experts.e4m3(ExpertTensor::Down, reader)?,
         ) {
-            return Ok(Experts::Fp8 {
+            (Some(gate_up), Some(down)) => Ok(Experts::Fp8 {
                 gate_up: gate_up.0,
                 gate_up_scale: gate_up.1,
                 down: down.0,
                 down_scale: down.1,
-            });
+                inputs,
+            }),
+            (_, None) if rounded => bail!(
+                "FP8_DYNAMIC experts store gate and up in FP8 but not down; g4 reads them all in FP8 or none"
+            ),
+            _ => Ok(Experts::Dense {
+                gate_up: experts.dense(ExpertTensor::GateUp)?,
+                down: experts.dense(ExpertTensor::Down)?,
+            }),
         }
-        Ok(Experts::Dense {
-            gate_up: experts.dense(ExpertTensor::GateUp)?,
-            down: experts.dense(ExpertTensor::Down)?,
-        })
     }
 
     fn tensors(&self) -> Vec<&Tensor> {
@@ -211,6 +218,7 @@ impl Experts {
                 gate_up_scale,
                 down,
                 down_scale,
+                ..
             } => vec![gate_up, gate_up_scale, down, down_scale],
         }
     }
@@ -224,19 +232,23 @@ impl Experts {
                 gate_up_scale,
                 down,
                 down_scale,
-            } => moe_experts_fp8(
-                inputs,
-                ids,
-                weights,
-                Fp8Experts {
+                inputs: rounding,
+            } => {
+                let gate_up = Fp8Experts {
                     weight: gate_up,
                     scale: gate_up_scale,
-                },
-                Fp8Experts {
+                };
+                let down = Fp8Experts {
                     weight: down,
                     scale: down_scale,
-                },
-            )?,
+                };
+                match rounding {
+                    Fp8Activations::AsIs => moe_experts_fp8(inputs, ids, weights, gate_up, down)?,
+                    Fp8Activations::DynamicPerToken => {
+                        moe_experts_fp8_dynamic(inputs, ids, weights, gate_up, down)?
+                    }
+                }
+            }
         })
     }
 }
@@ -1129,14 +1141,19 @@ impl ExpertLayer<'_> {
     }
 
     /// Exploded `tensor` kept e4m3, `[E, rows, cols]` with scales `[E, rows]` (this rank's
-    /// part), where the registry runs `moe_experts_fp8` natively; `None` otherwise.
-    fn fp8(&self, tensor: ExpertTensor) -> Result<Option<(Tensor, Tensor)>> {
+    /// part): where the registry runs `reader` natively, or with no `reader` whichever arm reads
+    /// them; `None` otherwise, and where it is not stored in FP8.
+    fn e4m3(&self, tensor: ExpertTensor, reader: Option<Op>) -> Result<Option<(Tensor, Tensor)>> {
         if !self.exploded() {
             return Ok(None);
         }
         let (_, [rows, cols]) = self.shapes(tensor);
         let parts = self.exploded_parts(tensor);
-        Ok(match self.ckpt.concat_fp8(&parts, Op::MoeExpertsFp8)? {
+        let joined = match reader {
+            Some(op) => self.ckpt.concat_fp8(&parts, op)?,
+            None => self.ckpt.concat_e4m3(&parts)?,
+        };
+        Ok(match joined {
             Some((weight, scale)) => Some((
                 weight.reshape((self.experts, rows, cols))?,
                 scale.reshape((self.experts, rows))?,

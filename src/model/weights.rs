@@ -522,6 +522,15 @@ impl Checkpoint {
     /// runs `op` (the op that will read them) natively for this device and dtype; `None`
     /// otherwise (the caller loads them dequantised).
     pub fn concat_fp8(&self, parts: &[Part], op: Op) -> Result<Option<(Tensor, Tensor)>> {
+        if !matches!(arm_for(op, &self.device, self.dtype), Arm::Native(_)) {
+            return Ok(None);
+        }
+        self.concat_e4m3(parts)
+    }
+
+    /// [`Checkpoint::concat_fp8`] whichever arm reads them: `None` only where a part is not
+    /// stored in FP8.
+    pub fn concat_e4m3(&self, parts: &[Part]) -> Result<Option<(Tensor, Tensor)>> {
         let located = parts
             .iter()
             .map(|part| {
@@ -533,7 +542,7 @@ impl Checkpoint {
         let all_fp8 = located
             .iter()
             .all(|(_, _, _, entry)| entry.candle_dtype() == Some(DType::F8E4M3));
-        if !all_fp8 || !matches!(arm_for(op, &self.device, self.dtype), Arm::Native(_)) {
+        if !all_fp8 {
             return Ok(None);
         }
         let (mut weights, mut scales) = (Vec::new(), Vec::new());

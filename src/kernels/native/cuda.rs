@@ -383,17 +383,15 @@ pub fn gemm_bt_fp8_row_scales(
 
 impl LtPlan {
     /// Descriptors for `[m, k]·[n, k]ᵀ` over e4m3 with outer-vector f32 scales, output `dtype`,
-    /// and cuBLASLt's fastest algorithm for them. cuBLASLt offers no algorithm for a descriptor
-    /// whose scale pointers are unset, so the first call's (W's, X's) are set before it is asked.
+    /// and cuBLASLt's fastest algorithm for them. Whatever was made is destroyed again when a
+    /// step fails.
     fn new(
         handle: candle_core::cuda::cudarc::cublaslt::sys::cublasLtHandle_t,
         (m, n, k): (usize, usize, usize),
         dtype: DType,
-        (w_scale, x_scale): (*const c_void, *const c_void),
+        scales: (*const c_void, *const c_void),
     ) -> Result<LtPlan> {
-        use candle_core::cuda::cudarc::cublas::sys::cublasOperation_t as operation;
         use candle_core::cuda::cudarc::cublaslt::{result as lt, sys as lts};
-        use lts::cublasLtMatmulDescAttributes_t as attribute;
         let out_type = match dtype {
             DType::BF16 => lts::cudaDataType::CUDA_R_16BF,
             DType::F16 => lts::cudaDataType::CUDA_R_16F,
@@ -405,13 +403,51 @@ impl LtPlan {
             lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             lts::cudaDataType::CUDA_R_32F,
         ))?;
-        let layouts = [
-            lt_ok(lt::create_matrix_layout(e4m3, k as u64, n as u64, k as i64))?,
-            lt_ok(lt::create_matrix_layout(e4m3, k as u64, m as u64, k as i64))?,
-            lt_ok(lt::create_matrix_layout(
-                out_type, n as u64, m as u64, n as i64,
-            ))?,
-        ];
+        let mut layouts = Vec::with_capacity(3);
+        let shapes = [(e4m3, k, n), (e4m3, k, m), (out_type, n, m)];
+        let planned = shapes
+            .into_iter()
+            .try_for_each(|(data_type, rows, cols)| {
+                let layout =
+                    lt::create_matrix_layout(data_type, rows as u64, cols as u64, rows as i64);
+                layouts.push(lt_ok(layout)?);
+                Ok(())
+            })
+            .and_then(|()| Self::choose(handle, desc, &layouts, scales));
+        match (planned, <[_; 3]>::try_from(layouts.as_slice())) {
+            (Ok(algo), Ok(layouts)) => Ok(LtPlan {
+                desc,
+                layouts,
+                algo,
+            }),
+            (planned, _) => {
+                // SAFETY: made above, and used by no one after this.
+                unsafe {
+                    for &layout in &layouts {
+                        lt_ok(lt::destroy_matrix_layout(layout))?;
+                    }
+                    lt_ok(lt::destroy_matmul_desc(desc))?;
+                }
+                let error = planned.err().unwrap_or_else(|| {
+                    candle_core::Error::Msg("cuBLASLt made fewer than 3 layouts".into())
+                });
+                Err(error.context(format!("cuBLASLt has no FP8 GEMM for M{m} N{n} K{k}")))
+            }
+        }
+    }
+
+    /// Sets `desc`'s operations and scales, and asks cuBLASLt for its fastest algorithm over
+    /// `layouts` (A, B, D). cuBLASLt offers none for a descriptor whose scale pointers are
+    /// unset, so the first call's (W's, X's) are set before it is asked.
+    fn choose(
+        handle: candle_core::cuda::cudarc::cublaslt::sys::cublasLtHandle_t,
+        desc: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulDesc_t,
+        layouts: &[candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatrixLayout_t],
+        (w_scale, x_scale): (*const c_void, *const c_void),
+    ) -> Result<candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t> {
+        use candle_core::cuda::cudarc::cublas::sys::cublasOperation_t as operation;
+        use candle_core::cuda::cudarc::cublaslt::{result as lt, sys as lts};
+        use lts::cublasLtMatmulDescAttributes_t as attribute;
         let outer = lts::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
         set_desc(
             desc,
@@ -435,10 +471,12 @@ impl LtPlan {
             attribute::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
             &x_scale,
         )?;
+        let &[a_layout, b_layout, d_layout] = layouts else {
+            candle_core::bail!("an FP8 GEMM takes 3 layouts, not {}", layouts.len());
+        };
         let preference = lt_ok(lt::create_matmul_pref())?;
-        let [a_layout, b_layout, d_layout] = layouts;
         // SAFETY: every descriptor is live; the preference is destroyed after its one use.
-        let heuristic = unsafe {
+        unsafe {
             let chosen = lt_ok(lt::set_matmul_pref_attribute(
                 preference,
                 lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -451,20 +489,7 @@ impl LtPlan {
                 ))
             });
             lt_ok(lt::destroy_matmul_pref(preference))?;
-            chosen
-        };
-        let plan = |algo| LtPlan {
-            desc,
-            layouts,
-            algo,
-        };
-        match heuristic {
-            Ok(h) => Ok(plan(h.algo)),
-            Err(e) => {
-                // SAFETY: fresh all-zero bits are a valid (unused) algorithm value.
-                plan(unsafe { std::mem::zeroed() }).destroy()?;
-                Err(e.context(format!("cuBLASLt has no FP8 GEMM for M{m} N{n} K{k}")))
-            }
+            Ok(chosen?.algo)
         }
     }
 
