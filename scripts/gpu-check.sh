@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one device call: probe-ops, every golden on CUDA, and the E4B benchmark
 # of g4 beside transformers. Needs target/cuda/release/g4 (scripts/build-cuda.sh) carried along.
-#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-reference|moe-parity|moe-profile|tp|kernel-bench|first-token|ab|ab-moe|ab-31b ...]
+#   scripts/gpu-check.sh OUT_DIR [probe|goldens|bench|g4bench|long|profile|parity-e4b|parity-e2b|parity-31b|ple|long-golden|long-golden-moe|fp8|moe|moe-fp8|moe-fp8-dynamic|moe-reference|moe-parity|moe-profile|tp|kernel-bench|first-token|ab|ab-moe|ab-31b ...]
 #   (default: probe goldens long-golden bench; g4bench: g4 alone; long: E4B's long prompts (pp4096, pp16384)
 #   and tg128 after 4,096 and 16,384 tokens of context; profile / moe-profile: per-kernel time of
 #   a 512-token prefill and a decode step of E4B / a decode step of 26B-A4B
@@ -13,7 +13,8 @@
 #   beside it; moe-parity: g4 f32/bf16 and transformers bf16 against transformers f32 on it
 #   (3 prompts × 128 steps);
 #   ple: E4B and E2B with the per-layer table on the host and on the device, side by side;
-#   fp8: E4B bf16 beside the same weights as an FP8 checkpoint (scripts/fp8_checkpoint.py);
+#   fp8: E4B bf16 beside the same weights as an FP8 and an FP8_DYNAMIC checkpoint
+#   (scripts/fp8_checkpoint.py); moe-fp8 / moe-fp8-dynamic: 26B-A4B rewritten as either (one a call);
 #   long-golden: E4B's widths in 12 layers, prompts past one prefill piece against transformers
 #   f64, the per-layer table on the host and on the device (fails beyond 10x transformers f32);
 #   long-golden-moe: the same test for 26B-A4B's widths in 6 layers (eager, graph, every op composed);
@@ -172,10 +173,12 @@ if [[ " $STEPS " == *" long-golden-moe "* ]]; then
   within_10x_of_transformers long-golden-moe eager graph composed
 fi
 if [[ " $STEPS " == *" fp8 "* ]]; then
-  echo "== g4 bench E4B: bf16 beside the same weights as compressed-tensors FP8 (e4m3 kept on the GPU)"
+  echo "== g4 bench E4B: bf16 beside the same weights as compressed-tensors FP8 and FP8_DYNAMIC (e4m3 kept on the GPU)"
   E4B_FP8=/tmp/g4-e4b-fp8
+  E4B_FP8_DYNAMIC=/tmp/g4-e4b-fp8-dynamic
   [ -f "$E4B_FP8/config.json" ] || python3 scripts/fp8_checkpoint.py "$E4B" "$E4B_FP8"
-  for ckpt in "$E4B" "$E4B_FP8"; do
+  [ -f "$E4B_FP8_DYNAMIC/config.json" ] || python3 scripts/fp8_checkpoint.py "$E4B" "$E4B_FP8_DYNAMIC" --dynamic-inputs
+  for ckpt in "$E4B" "$E4B_FP8" "$E4B_FP8_DYNAMIC"; do
     $G4 bench --model "$ckpt" --device cuda --dtype bf16 --tests pp512,tg128 --decode graph -r 3 --json > "$OUT/bench-fp8-$(basename "$ckpt").json"
   done
   python3 - "$OUT" <<'PY'
@@ -237,16 +240,19 @@ if [[ " $STEPS " == *" moe-profile "* ]]; then
   python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 -- $G4 bench --model "$MOE" --device cuda --dtype bf16 --tests tg8 --decode eager -r 1 > /dev/null
   python3 scripts/kernel_breakdown.py "$OUT/ncu-moe.csv" --window 2500,3000 | tee "$OUT/profile-moe.md"
 fi
-if [[ " $STEPS " == *" moe-fp8 "* ]]; then
-  echo "== g4 bench 26B-A4B as compressed-tensors FP8 (experts and projections kept e4m3 on the GPU)"
-  MOE_FP8=/tmp/g4-26b-a4b-fp8
+for variant in moe-fp8 moe-fp8-dynamic; do
+  [[ " $STEPS " == *" $variant "* ]] || continue
+  echo "== g4 bench 26B-A4B as compressed-tensors ${variant#moe-} (experts and projections kept e4m3 on the GPU)"
+  MOE_FP8=/tmp/g4-26b-a4b-${variant#moe-}
+  # moe-fp8-dynamic: FP8_DYNAMIC with the experts quantised and exploded, SilentEight's layout.
+  flags=$([ "$variant" = moe-fp8-dynamic ] && echo --dynamic-inputs)
   # The bf16 shards are deleted as they are converted (the disk holds one of the two), and then
   # the rest of the bf16 directory, so that a later step on this machine builds it again instead
-  # of finding a config without shards.
-  [ -f "$MOE_FP8/config.json" ] || { python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source && rm -rf "$MOE"; }
-  $G4 bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json | tee "$OUT/bench-moe-fp8.json"
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in d['results']]; print('memory', d['memory_mib'], 'weights', d['weights_mib'])" "$OUT/bench-moe-fp8.json"
-fi
+  # of finding a config without shards: one of the two variants a call.
+  [ -f "$MOE_FP8/config.json" ] || { python3 scripts/fp8_checkpoint.py "$MOE" "$MOE_FP8" --delete-source $flags && rm -rf "$MOE"; }
+  $G4 bench --model "$MOE_FP8" --device cuda --dtype bf16 --tests pp512,tg64 --decode graph -r 2 --json | tee "$OUT/bench-$variant.json"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); [print(r['decode'], r['measurement']['test'], round(r['measurement']['tokens_per_s_mean'],1), '±', round(r['measurement']['tokens_per_s_stddev'],1)) for r in d['results']]; print('memory', d['memory_mib'], 'weights', d['weights_mib'])" "$OUT/bench-$variant.json"
+done
 if [[ " $STEPS " == *" tp "* ]]; then
   # NCCL: the system's, or the wheel torch depends on (nvidia-nccl-cu1x).
   NCCL_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null) \
