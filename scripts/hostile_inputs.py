@@ -225,7 +225,8 @@ def main():
                 judge(f"flag {command} {flag}={value!r}", run(args.g4, [command, *base, f"{flag}={value}"]),
                       must_refuse=True)
                 continue
-            variant = rng.choice(["kjv-tiny", "chat-fixture", "e2b-style", "moe-keqv", "fp8-moe", "released-combo"])
+            variant = rng.choice(["kjv-tiny", "chat-fixture", "e2b-style", "moe-keqv", "fp8-moe", "released-combo",
+                                  "fp8-dynamic", "fp8-dynamic-moe"])
             golden = copy_model(tmp, variant)
             model = golden / "model"
             if kind == "config":
