@@ -38,11 +38,7 @@ pub fn moe_experts_fp8_dynamic_on(
 ) -> Result<Tensor> {
     match arm {
         Arm::Composed => composed(x, ids, weights, gate_up, down),
-        Arm::Native(_) => {
-            let x = round_rows_e4m3::round_rows_e4m3(x)?;
-            let round_hidden: RoundRows = round_rows_e4m3::round_rows_e4m3;
-            moe_experts_fp8::native_paths(&x, ids, weights, gate_up, down, Some(round_hidden))
-        }
+        Arm::Native(_) => native_fwd(x, ids, weights, gate_up, down),
     }
 }
 
@@ -56,6 +52,20 @@ pub fn composed(
     let x = round_rows_e4m3::composed(x)?;
     let round_hidden: RoundRows = round_rows_e4m3::composed;
     routed_experts(&x, ids, weights, gate_up, down, Some(round_hidden))
+}
+
+/// GPU arm: `round_rows_e4m3`'s kernel on x, then `moe_experts_fp8`'s paths (decode launches,
+/// grouped GEMMs) with the same kernel on the GeGLU rows between each expert's projections.
+fn native_fwd(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+) -> Result<Tensor> {
+    let x = round_rows_e4m3::round_rows_e4m3(x)?;
+    let round_hidden: RoundRows = round_rows_e4m3::round_rows_e4m3;
+    moe_experts_fp8::native_paths(&x, ids, weights, gate_up, down, Some(round_hidden))
 }
 
 /// The routed experts one by one over x as given, each dequantised when its turn comes (a CPU
