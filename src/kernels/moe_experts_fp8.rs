@@ -22,17 +22,18 @@ pub struct Fp8Experts<'a> {
 }
 
 impl Fp8Experts<'_> {
-    /// `[E, rows, cols]` in `dtype`, through the given arm of `dequant_fp8_channel`.
-    fn dequantised(&self, dtype: DType, native: bool) -> Result<Tensor> {
+    /// `[E, rows, cols]` in `dtype`, through `dequant_fp8_channel`'s native arm.
+    fn dequantised(&self, dtype: DType) -> Result<Tensor> {
         let (experts, rows, cols) = self.weight.dims3()?;
         let weight = self.weight.reshape((experts * rows, cols))?;
         let scale = self.scale.reshape(experts * rows)?;
-        let dense = if native {
-            dequant_fp8_channel::dequant_fp8_channel(&weight, &scale, dtype)?
-        } else {
-            dequant_fp8_channel::composed(&weight, &scale, dtype)?
-        };
-        dense.reshape((experts, rows, cols))
+        dequant_fp8_channel::dequant_fp8_channel(&weight, &scale, dtype)?
+            .reshape((experts, rows, cols))
+    }
+
+    /// Expert `e`'s `[rows, cols]` in `dtype`, through `dequant_fp8_channel`'s composed arm.
+    fn expert(&self, e: usize, dtype: DType) -> Result<Tensor> {
+        dequant_fp8_channel::composed(&self.weight.get(e)?, &self.scale.get(e)?, dtype)
     }
 }
 
@@ -63,7 +64,6 @@ pub fn moe_experts_fp8_on(
     }
 }
 
-/// Every expert dequantised into x's dtype, then `moe_experts`' composed arm.
 pub fn composed(
     x: &Tensor,
     ids: &Tensor,
@@ -71,11 +71,24 @@ pub fn composed(
     gate_up: Fp8Experts,
     down: Fp8Experts,
 ) -> Result<Tensor> {
-    let (gate_up, down) = (
-        gate_up.dequantised(x.dtype(), false)?,
-        down.dequantised(x.dtype(), false)?,
-    );
-    moe_experts::composed(x, ids, weights, &gate_up, &down)
+    routed_experts(x, ids, weights, gate_up, down, None)
+}
+
+/// `moe_experts`' composed arm over the routed experts only, each dequantised into x's dtype
+/// when its turn comes (a CPU can hold a whole MoE model's experts in e4m3 this way), with
+/// `round_hidden` between each expert's projections.
+pub(super) fn routed_experts(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: Fp8Experts,
+    down: Fp8Experts,
+    round_hidden: Option<RoundRows>,
+) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let expert = |e| Ok((gate_up.expert(e, dtype)?, down.expert(e, dtype)?));
+    let experts = gate_up.weight.dim(0)?;
+    moe_experts::composed_by_expert(x, ids, weights, experts, expert, round_hidden)
 }
 
 fn native_fwd(
@@ -139,8 +152,8 @@ pub(super) fn native_paths(
             .all(vector_aligned)
     {
         let (gate_up, down) = (
-            gate_up.dequantised(x.dtype(), true)?,
-            down.dequantised(x.dtype(), true)?,
+            gate_up.dequantised(x.dtype())?,
+            down.dequantised(x.dtype())?,
         );
         return moe_experts::prefill(&x, ids, weights, &gate_up, &down, round_hidden);
     }

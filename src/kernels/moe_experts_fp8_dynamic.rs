@@ -2,14 +2,14 @@
 //! experts, whose every projection rounds its input to e4m3 per row first, as the checkpoint's
 //! `input_activations` ask and vLLM runs them: each token's row before gate/up (one rounding
 //! serves all of its experts, since every one sees the same row), and each routed row of GeGLU
-//! output before down. The composed arm dequantises only the routed experts; the native arm is
-//! `moe_experts_fp8`'s with `round_rows_e4m3`'s kernel on x and between the two projections.
+//! output before down. Both arms are `moe_experts_fp8`'s, with `round_rows_e4m3` on x and
+//! between the two projections.
 
 use super::check::Case;
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::moe_experts::{self, RoundRows};
+use super::moe_experts::RoundRows;
 use super::moe_experts_fp8::{self, fp8_expert_cases, with_experts_of, Fp8Experts};
-use super::{arm_for, dequant_fp8_channel, round_rows_e4m3, Arm, Op};
+use super::{arm_for, round_rows_e4m3, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
@@ -51,7 +51,7 @@ pub fn composed(
 ) -> Result<Tensor> {
     let x = round_rows_e4m3::composed(x)?;
     let round_hidden: RoundRows = round_rows_e4m3::composed;
-    routed_experts(&x, ids, weights, gate_up, down, Some(round_hidden))
+    moe_experts_fp8::routed_experts(&x, ids, weights, gate_up, down, Some(round_hidden))
 }
 
 /// GPU arm: `round_rows_e4m3`'s kernel on x, then `moe_experts_fp8`'s paths (decode launches,
@@ -68,26 +68,6 @@ fn native_fwd(
     moe_experts_fp8::native_paths(&x, ids, weights, gate_up, down, Some(round_hidden))
 }
 
-/// The routed experts one by one over x as given, each dequantised when its turn comes (a CPU
-/// holds a whole MoE model's experts in e4m3 this way), `round_hidden` between each expert's
-/// projections.
-fn routed_experts(
-    x: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    gate_up: Fp8Experts,
-    down: Fp8Experts,
-    round_hidden: Option<RoundRows>,
-) -> Result<Tensor> {
-    let dtype = x.dtype();
-    let dequantised = |experts: Fp8Experts, e: usize| {
-        dequant_fp8_channel::composed(&experts.weight.get(e)?, &experts.scale.get(e)?, dtype)
-    };
-    let expert = |e| Ok((dequantised(gate_up, e)?, dequantised(down, e)?));
-    let experts = gate_up.weight.dim(0)?;
-    moe_experts::composed_by_expert(x, ids, weights, experts, expert, round_hidden)
-}
-
 /// The op's contract (`contract.rs`): checked against `moe_experts::reference` on the
 /// dequantised weights, with `round_rows_e4m3::reference` on each token's row and each routed
 /// row of GeGLU output, in every case below.
@@ -101,7 +81,7 @@ pub const CONTRACT: OpContract = OpContract {
             run: |c| {
                 let x = round_rows_e4m3::composed(c.float(0))?;
                 let unrounded = with_experts_of(c, |gate_up, down| {
-                    routed_experts(&x, c.raw(0), c.float(1), gate_up, down, None)
+                    moe_experts_fp8::routed_experts(&x, c.raw(0), c.float(1), gate_up, down, None)
                 })?;
                 Ok(vec![unrounded])
             },
@@ -112,7 +92,14 @@ pub const CONTRACT: OpContract = OpContract {
                 let round_hidden: RoundRows = round_rows_e4m3::composed;
                 let (x, ids, weights) = (c.float(0), c.raw(0), c.float(1));
                 let y = with_experts_of(c, |gate_up, down| {
-                    routed_experts(x, ids, weights, gate_up, down, Some(round_hidden))
+                    moe_experts_fp8::routed_experts(
+                        x,
+                        ids,
+                        weights,
+                        gate_up,
+                        down,
+                        Some(round_hidden),
+                    )
                 })?;
                 Ok(vec![y])
             },
