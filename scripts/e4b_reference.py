@@ -93,10 +93,17 @@ PRESETS = {"e4b": e4b_config, "e2b": e2b_config, "26b-a4b": moe_26b_config, "31b
 
 
 def build(out, preset):
+    config = PRESETS[preset]()
+    with torch.device("meta"):
+        params = sum(p.numel() for p in Gemma4ForCausalLM(config).parameters())
+    # Drawn in f32 and saved in bf16 where f32 fits the GPU, as every earlier checkpoint was; drawn
+    # in bf16 where it does not (26B-A4B and 31B on an 80 GB card).
+    fits_f32 = 4 * params < 0.9 * torch.cuda.get_device_properties(0).total_memory
     torch.manual_seed(0)
+    torch.set_default_dtype(torch.float32 if fits_f32 else torch.bfloat16)
     with torch.device("cuda"), torch.no_grad():
-        model = Gemma4ForCausalLM(PRESETS[preset]()).to(torch.bfloat16)
-    params = sum(p.numel() for p in model.parameters())
+        model = Gemma4ForCausalLM(config).to(torch.bfloat16)
+    torch.set_default_dtype(torch.float32)
     model.save_pretrained(out)
     print(json.dumps({"built": out, "parameters": params}), flush=True)
 
