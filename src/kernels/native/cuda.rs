@@ -280,15 +280,11 @@ struct Lt {
     plans: HashMap<(usize, usize, usize, DType), LtPlan>,
 }
 
-/// One GEMM's descriptors and the algorithms cuBLASLt offers for them.
+/// One GEMM's descriptors and the algorithm cuBLASLt chose for them.
 struct LtPlan {
     desc: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulDesc_t,
     layouts: [candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatrixLayout_t; 3],
-    /// Best first by cuBLASLt's heuristic, which is an estimate: at E4B's down projection
-    /// (M512 N2560 K10240) its first choice was slower than bf16's GEMM.
-    algos: Vec<candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t>,
-    /// The one this GEMM runs, timed among `algos` on its first call (`fastest`).
-    chosen: Option<usize>,
+    algo: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t,
 }
 
 // SAFETY: the handle and descriptors are only used under the mutex below, on the stream of
@@ -299,9 +295,6 @@ unsafe impl Send for Lt {}
 const LT_WORKSPACE_BYTES: usize = 32 << 20;
 /// Planned shapes kept per device; past this (prompts of ever new lengths) the plans start over.
 const LT_MAX_PLANS: usize = 256;
-/// Algorithms asked of cuBLASLt's heuristic per shape, and runs each is timed over.
-const LT_CANDIDATES: usize = 8;
-const LT_TIMED_RUNS: usize = 3;
 
 /// `Y = (X ⊙ x_scale) · (W ⊙ w_scale)ᵀ` on FP8 tensor cores: cuBLASLt with outer-vector scales,
 /// column-major Yᵀ = Wᵀ·X (A = W transposed, B = X: the TN layout FP8 requires).
@@ -361,72 +354,31 @@ pub fn gemm_bt_fp8_row_scales(
         &xsp,
     )?;
     let workspace = state.workspace.device_ptr(&stream).0 as *mut c_void;
-    let ([a_layout, b_layout, d_layout], desc) = (plan.layouts, plan.desc);
+    let [a_layout, b_layout, d_layout] = plan.layouts;
     let (alpha, beta) = (1.0f32, 0.0f32);
-    let run = |algo: &lts::cublasLtMatmulAlgo_t| {
-        // SAFETY: the plan's descriptors are live, the pointers come from the tensors above (the
-        // output allocated for [m, n]), the algorithm is one cuBLASLt offered for them, and the
-        // workspace holds LT_WORKSPACE_BYTES.
-        lt_ok(unsafe {
-            lt::matmul(
-                handle,
-                desc,
-                (&alpha as *const f32).cast(),
-                (&beta as *const f32).cast(),
-                wp,
-                a_layout,
-                xp,
-                b_layout,
-                yp,
-                d_layout,
-                yp as *mut c_void,
-                d_layout,
-                algo,
-                workspace,
-                LT_WORKSPACE_BYTES,
-                stream.cu_stream() as _,
-            )
-        })
-    };
-    let chosen = match plan.chosen {
-        Some(chosen) => chosen,
-        None => *plan.chosen.insert(fastest(&plan.algos, &stream, run)?),
-    };
-    run(&plan.algos[chosen])?;
+    // SAFETY: the plan's descriptors are live, the pointers come from the tensors above (the
+    // output allocated for [m, n]), and the workspace holds LT_WORKSPACE_BYTES.
+    lt_ok(unsafe {
+        lt::matmul(
+            handle,
+            plan.desc,
+            (&alpha as *const f32).cast(),
+            (&beta as *const f32).cast(),
+            wp,
+            a_layout,
+            xp,
+            b_layout,
+            yp,
+            d_layout,
+            yp as *mut c_void,
+            d_layout,
+            &plan.algo,
+            workspace,
+            LT_WORKSPACE_BYTES,
+            stream.cu_stream() as _,
+        )
+    })?;
     Ok(y)
-}
-
-/// The index of the fastest of `algos` by `run` on `stream` (each run once, then timed over
-/// LT_TIMED_RUNS with events), so that a shape pays the timing once. The first (the heuristic's
-/// choice) where there is no choice, while the stream is being captured into a graph, or under
-/// `G4_LT_TUNE=0` (to measure what the timing buys). An algorithm that fails to run is passed over.
-fn fastest<A>(
-    algos: &[A],
-    stream: &candle_core::cuda::cudarc::driver::CudaStream,
-    run: impl Fn(&A) -> Result<()>,
-) -> Result<usize> {
-    use candle_core::cuda::cudarc::driver::sys::{CUevent_flags, CUstreamCaptureStatus};
-    let capturing =
-        stream.capture_status().w()? != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    if algos.len() < 2 || capturing || std::env::var("G4_LT_TUNE").as_deref() == Ok("0") {
-        return Ok(0);
-    }
-    let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-    let mut fastest = (f32::INFINITY, 0);
-    for (index, algo) in algos.iter().enumerate() {
-        if run(algo).is_err() {
-            continue;
-        }
-        let start = stream.record_event(timing).w()?;
-        for _ in 0..LT_TIMED_RUNS {
-            run(algo)?;
-        }
-        let ms = start.elapsed_ms(&stream.record_event(timing).w()?).w()?;
-        if ms < fastest.0 {
-            fastest = (ms, index);
-        }
-    }
-    Ok(fastest.1)
 }
 
 impl LtPlan {
@@ -463,11 +415,10 @@ impl LtPlan {
             })
             .and_then(|()| Self::choose(handle, desc, &layouts, scales));
         match (planned, <[_; 3]>::try_from(layouts.as_slice())) {
-            (Ok(algos), Ok(layouts)) => Ok(LtPlan {
+            (Ok(algo), Ok(layouts)) => Ok(LtPlan {
                 desc,
                 layouts,
-                algos,
-                chosen: None,
+                algo,
             }),
             (planned, _) => {
                 // SAFETY: made above, and used by no one after this.
@@ -485,16 +436,15 @@ impl LtPlan {
         }
     }
 
-    /// Sets `desc`'s operations and scales, and asks cuBLASLt for up to LT_CANDIDATES
-    /// algorithms over `layouts` (A, B, D), best first by its heuristic. cuBLASLt offers none for
-    /// a descriptor whose scale pointers are unset, so the first call's (W's, X's) are set before
-    /// it is asked.
+    /// Sets `desc`'s operations and scales, and asks cuBLASLt for its fastest algorithm over
+    /// `layouts` (A, B, D). cuBLASLt offers none for a descriptor whose scale pointers are
+    /// unset, so the first call's (W's, X's) are set before it is asked.
     fn choose(
         handle: candle_core::cuda::cudarc::cublaslt::sys::cublasLtHandle_t,
         desc: candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulDesc_t,
         layouts: &[candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatrixLayout_t],
         (w_scale, x_scale): (*const c_void, *const c_void),
-    ) -> Result<Vec<candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t>> {
+    ) -> Result<candle_core::cuda::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t> {
         use candle_core::cuda::cudarc::cublas::sys::cublasOperation_t as operation;
         use candle_core::cuda::cudarc::cublaslt::{result as lt, sys as lts};
         use lts::cublasLtMatmulDescAttributes_t as attribute;
@@ -534,36 +484,12 @@ impl LtPlan {
                 std::mem::size_of::<usize>(),
             ))
             .and_then(|()| {
-                let mut found =
-                    [std::mem::zeroed::<lts::cublasLtMatmulHeuristicResult_t>(); LT_CANDIDATES];
-                let mut count = 0;
-                lt_ok(
-                    lts::cublasLtMatmulAlgoGetHeuristic(
-                        handle,
-                        desc,
-                        a_layout,
-                        b_layout,
-                        d_layout,
-                        d_layout,
-                        preference,
-                        LT_CANDIDATES as i32,
-                        found.as_mut_ptr(),
-                        &mut count,
-                    )
-                    .result(),
-                )?;
-                let offered = found.iter().take(count.max(0) as usize);
-                let algos: Vec<_> = offered
-                    .filter(|r| r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
-                    .map(|r| r.algo)
-                    .collect();
-                if algos.is_empty() {
-                    candle_core::bail!("cuBLASLt offers no algorithm");
-                }
-                Ok(algos)
+                lt_ok(lt::get_matmul_algo_heuristic(
+                    handle, desc, a_layout, b_layout, d_layout, d_layout, preference,
+                ))
             });
             lt_ok(lt::destroy_matmul_pref(preference))?;
-            chosen
+            Ok(chosen?.algo)
         }
     }
 
