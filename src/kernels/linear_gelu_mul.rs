@@ -94,23 +94,7 @@ const GEMV_MAX_ROWS: usize = 8;
 /// in linear_gelu_mul.cu), so it rounds exactly as the two launches it replaces; otherwise those
 /// two launches.
 fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
-    match fused_gemv(x, weights, up, None)? {
-        Some(y) => Ok(y),
-        None => unfused(x, weights, up),
-    }
-}
-
-/// The fused GEMV's launch, or `None` where the shapes leave it (more than 8 rows, K not whole
-/// 16-byte vectors, misaligned rows). `rounded_row`: decode's one row over e4m3 weights, rounded
-/// to e4m3 by each block in that many bytes of shared memory first (`linear_gelu_mul_fp8_dynamic`);
-/// `None` for any other weights or rows.
-pub(super) fn fused_gemv(
-    x: &Tensor,
-    weights: Weights,
-    up: Up,
-    rounded_row: Option<u32>,
-) -> Result<Option<Tensor>> {
-    use super::native::{empty, kernel_name, launch_with_shared, vector_aligned, warp_lanes, Arg};
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (w, scale, per_vector) = match weights {
         Weights::Dense(w) => (w, None, 16 / x.dtype().size_in_bytes()),
         Weights::Fp8 { weight, scale } => (weight, Some(scale), 16),
@@ -133,13 +117,12 @@ pub(super) fn fused_gemv(
             Up::Packed => n.is_multiple_of(2),
             Up::Given(up) => up.elem_count() == m * n && up.dtype() == x.dtype(),
         };
-    let rounds_row = rounded_row.is_some();
-    if !fits || (rounds_row && (m != 1 || scale.is_none())) {
-        return Ok(None);
+    if !fits {
+        return unfused(x, weights, up);
     }
     let (rows, w) = (rows.contiguous()?, w.contiguous()?);
     if !vector_aligned(&rows) || !vector_aligned(&w) {
-        return Ok(None);
+        return unfused(x, weights, up);
     }
     let up = match up {
         Up::Packed => None,
@@ -149,11 +132,7 @@ pub(super) fn fused_gemv(
     let (kernel, gemv) = match scale {
         None => ("linear_gelu_mul", linear::dense_gemv(m, n, vectors, lanes)),
         Some(_) => (
-            if rounds_row {
-                "fp8_dynamic_gelu_mul"
-            } else {
-                "fp8_gelu_mul"
-            },
+            "fp8_gelu_mul",
             linear::DenseGemv {
                 entry: if m == 1 { "_one_row" } else { "" },
                 loads_per_lane: linear::LOADS_PER_LANE,
@@ -180,15 +159,14 @@ pub(super) fn fused_gemv(
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
     ]);
-    launch_with_shared(
+    launch(
         &kernel_name(&format!("{kernel}{}", gemv.entry), x.dtype())?,
         x.device(),
         grid,
-        rounded_row.unwrap_or(0),
         &args,
     )?;
     *out_shape.last_mut().expect("rows_of appends N") = d;
-    out.reshape(out_shape).map(Some)
+    out.reshape(out_shape)
 }
 
 /// The launch for `d` outputs, each of one weight row (or two, `packed`: gate and up) reduced by
@@ -318,18 +296,6 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 2112, 2816, true, false),
         (1, 10240, 2560, true, false),
     ];
-    gelu_mul_cases_with(device, dtype, rng, &shapes, |_, x, _| Ok(x.to_vec()))
-}
-
-/// Cases of `(rows, outputs, K, packed, e4m3)`, the reference taking x as `x_seen(builder, x,
-/// K)` gives it (`linear_gelu_mul_fp8_dynamic` rounds it to e4m3 per row).
-pub(super) fn gelu_mul_cases_with(
-    device: &Device,
-    dtype: DType,
-    rng: &mut StdRng,
-    shapes: &[(usize, usize, usize, bool, bool)],
-    x_seen: impl Fn(&Builder, &[f64], usize) -> Result<Vec<f64>>,
-) -> Result<Vec<Case>> {
     shapes
         .iter()
         .map(|&(m, d, k, packed, e4m3)| {
@@ -348,7 +314,7 @@ pub(super) fn gelu_mul_cases_with(
             let up = (!packed)
                 .then(|| c.uniform(&[m, n], -1.0, 1.0))
                 .transpose()?;
-            let expected = reference(&x_seen(&c, &x, k)?, &w, up.as_deref(), m, n, k);
+            let expected = reference(&x, &w, up.as_deref(), m, n, k);
             let label = format!(
                 "M{m} D{d} K{k} {} {}",
                 if packed { "packed" } else { "given" },
@@ -361,7 +327,7 @@ pub(super) fn gelu_mul_cases_with(
 
 /// A case's inputs: `x`, then the weight (a float input, or raw e4m3 with its scales as the
 /// next float input), then `up` when given.
-pub(super) fn inputs(c: &Case) -> (&Tensor, Weights<'_>, Up<'_>) {
+fn inputs(c: &Case) -> (&Tensor, Weights<'_>, Up<'_>) {
     let weights = match c.optional_raw(0) {
         Some(weight) => Weights::Fp8 {
             weight,

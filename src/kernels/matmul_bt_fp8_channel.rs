@@ -41,40 +41,22 @@ pub const GEMV_MAX_ROWS: usize = 8;
 const WEIGHTS_PER_VECTOR: usize = 16;
 
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
-/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the
-/// native dequantisation into a scratch weight of x's dtype and cuBLAS.
+/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
+/// x's dtype and cuBLAS.
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
-    match gemv(x, weight, scale, None)? {
-        Some(y) => Ok(y),
-        None => {
-            let dense = dequant_fp8_channel::dequant_fp8_channel(weight, scale, x.dtype())?;
-            linear::composed(x, &dense)
-        }
-    }
-}
-
-/// The GEMV's launch, or `None` where the shapes leave it (more than 8 rows, K not a multiple
-/// of 16, misaligned rows). `rounded_row`: decode's one row, rounded to e4m3 by each block in that
-/// many bytes of shared memory first (`matmul_bt_fp8_dynamic`); `None` for more rows.
-pub(super) fn gemv(
-    x: &Tensor,
-    weight: &Tensor,
-    scale: &Tensor,
-    rounded_row: Option<u32>,
-) -> Result<Option<Tensor>> {
-    use super::native::{empty, kernel_name, launch_with_shared, vector_aligned, warp_lanes, Arg};
+    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = linear::rows_of(x, weight)?;
     let (m, k) = rows.dims2()?;
     let n = weight.dim(0)?;
     let (rows, weight) = (rows.contiguous()?, weight.contiguous()?);
-    let fits = m <= GEMV_MAX_ROWS
-        && (rounded_row.is_none() || m == 1)
+    let gemv = m <= GEMV_MAX_ROWS
         && k.is_multiple_of(WEIGHTS_PER_VECTOR)
         && weight.dim(1)? == k
         && vector_aligned(&rows)
         && vector_aligned(&weight);
-    if !fits {
-        return Ok(None);
+    if !gemv {
+        let dense = dequant_fp8_channel::dequant_fp8_channel(&weight, scale, x.dtype())?;
+        return linear::composed(x, &dense);
     }
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let (grid, warps_per_col) = linear::gemv_geometry(
@@ -84,11 +66,11 @@ pub(super) fn gemv(
         linear::LOADS_PER_LANE,
         linear::WARPS_PER_BLOCK,
     );
-    // One row (every decode step) has its own entry points: fewer registers, more warps in flight.
-    let kernel = match (rounded_row, m) {
-        (Some(_), _) => "matmul_bt_fp8_dynamic_one_row",
-        (None, 1) => "matmul_bt_fp8_channel_one_row",
-        (None, _) => "matmul_bt_fp8_channel",
+    // One row (every decode step) has its own entry point: fewer registers, more warps in flight.
+    let kernel = if m == 1 {
+        "matmul_bt_fp8_channel_one_row"
+    } else {
+        "matmul_bt_fp8_channel"
     };
     let y = empty((m, n), x.dtype(), x.device())?;
     let args = [
@@ -101,9 +83,8 @@ pub(super) fn gemv(
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
     ];
-    let name = kernel_name(kernel, x.dtype())?;
-    launch_with_shared(&name, x.device(), grid, rounded_row.unwrap_or(0), &args)?;
-    y.reshape(out_shape).map(Some)
+    launch(&kernel_name(kernel, x.dtype())?, x.device(), grid, &args)?;
+    y.reshape(out_shape)
 }
 
 pub fn reference(

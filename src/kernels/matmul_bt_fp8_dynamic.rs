@@ -2,9 +2,8 @@
 //! an FP8_DYNAMIC ("W8A8") checkpoint, whose inputs are rounded to e4m3 per token. The composed
 //! arm rounds and then runs `matmul_bt_fp8_channel`'s composed arm; the CUDA arm runs prefill's
 //! bf16 and f16 rows on FP8 tensor cores (the e4m3 rows and their scales straight into cuBLASLt,
-//! both scales applied to its f32 sums), decode's one row as `matmul_bt_fp8_channel`'s GEMV with
-//! each block rounding the row itself (one launch), and everything else as the rounding kernel
-//! followed by `matmul_bt_fp8_channel`.
+//! both scales applied to its f32 sums), and everything else as the rounding kernel followed by
+//! `matmul_bt_fp8_channel`.
 
 use super::check::{Builder, Case};
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
@@ -44,8 +43,7 @@ const FP8_GEMM_ALIGNMENT: usize = 16;
 
 /// CUDA arm: more than 8 rows in bf16 or f16 on FP8 tensor cores, K a multiple of 16: the rows
 /// quantised to e4m3 with their scales (one launch, src/kernels/cuda/fp8.cu), then cuBLASLt.
-/// One row: `matmul_bt_fp8_channel`'s GEMV, each block rounding the row into shared memory
-/// first. Otherwise the rounding kernel and `matmul_bt_fp8_channel` (its GEMV for decode).
+/// Otherwise the rounding kernel and `matmul_bt_fp8_channel` (its GEMV for decode).
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     use super::native::{empty, Arg};
     let (rows, out_shape) = linear::rows_of(x, weight)?;
@@ -56,16 +54,6 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         && weight.dim(1)? == k
         && crate::device::compute_capability(x.device()).is_some_and(|cc| cc >= FP8_TENSOR_CORES);
     if !tensor_cores {
-        let staged = if m == 1 {
-            round_rows_e4m3::staged_row_bytes(k, x.dtype())
-        } else {
-            None
-        };
-        if let Some(bytes) = staged {
-            if let Some(y) = matmul_bt_fp8_channel::gemv(x, weight, scale, Some(bytes))? {
-                return Ok(y);
-            }
-        }
         let rounded = round_rows_e4m3::round_rows_e4m3(x)?;
         return matmul_bt_fp8_channel::matmul_bt_fp8_channel(&rounded, weight, scale);
     }
@@ -141,12 +129,7 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "one row (decode), K a multiple of 16, the row within 47 KiB",
-        path: "matmul_bt_fp8_channel's GEMV, each block rounding the row in shared memory",
-        case: "M1 N2048 K2560",
-    },
-    ShapePath {
-        shapes: "2 to 8 rows, or one row of more than 47 KiB",
+        shapes: "up to 8 rows (decode)",
         path: "native rounding kernel, then matmul_bt_fp8_channel's GEMV",
         case: "M8 N64 K512",
     },
@@ -164,13 +147,10 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    // Decode rows (one row rounded by the GEMV's blocks, at E4B's q/k/v shape, and one too wide
-    // for their shared memory), prefill blocks (the tensor-core path where it runs, and a K off
-    // its alignment), and last (the one `--perf` times) a 64-row prefill block.
+    // Decode rows, prefill blocks (the tensor-core path where it runs, and a K off its
+    // alignment), and last (the one `--perf` times) a 64-row prefill block.
     let shapes = [
         (1, 3, 32),
-        (1, 2048, 2560),
-        (1, 8, 24592),
         (8, 64, 512),
         (40, 48, 96),
         (24, 17, 136),

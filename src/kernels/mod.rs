@@ -27,7 +27,6 @@ pub mod gelu_and_mul;
 pub mod gelu_mul;
 pub mod linear;
 pub mod linear_gelu_mul;
-pub mod linear_gelu_mul_fp8_dynamic;
 pub mod linear_panels;
 pub mod linear_panels_fp8;
 pub mod matmul_bt_alpha_beta;
@@ -107,7 +106,6 @@ fused_ops! {
     Attention => attention,
     Linear => linear,
     LinearGeluMul => linear_gelu_mul,
-    LinearGeluMulFp8Dynamic => linear_gelu_mul_fp8_dynamic,
     LinearPanels => linear_panels,
     LinearPanelsFp8 => linear_panels_fp8,
     Argmax => argmax,

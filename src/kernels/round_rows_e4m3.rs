@@ -90,17 +90,6 @@ fn warps_per_row(rows: usize, lanes: usize) -> usize {
     threads / lanes
 }
 
-/// Shared memory a decode GEMV may take to round its one row of X itself (e4m3.cuh's
-/// `E4m3RoundedRow`): within the 48 KiB every CUDA device gives a block without asking, beside
-/// the GEMV's own few hundred bytes. bf16 rows of up to 24,064 fit (31B's widest input: 21,504).
-const STAGED_ROW_MAX_BYTES: usize = 47 * 1024;
-
-/// The shared bytes a GEMV takes to round one row of `cols` values of `dtype` itself, if it may.
-pub(super) fn staged_row_bytes(cols: usize, dtype: DType) -> Option<u32> {
-    let bytes = cols * dtype.size_in_bytes();
-    (bytes <= STAGED_ROW_MAX_BYTES).then_some(bytes as u32)
-}
-
 /// `x [rows, cols]`; `round(values, dtype)` rounds to a dtype, for the steps that the reference
 /// implementation rounds to x's dtype (`dtype`) and to e4m3.
 pub fn reference(

@@ -6,14 +6,18 @@
 use crate::kernels::{
     linear::linear,
     linear_gelu_mul::{gelu_mul_after, linear_gelu_mul, Up, Weights},
-    linear_gelu_mul_fp8_dynamic::linear_gelu_mul_fp8_dynamic,
     linear_panels::linear_panels,
     linear_panels_fp8::linear_panels_fp8,
-    matmul_bt_fp8_channel::matmul_bt_fp8_channel,
+    matmul_bt_fp8_channel::{matmul_bt_fp8_channel, GEMV_MAX_ROWS},
     matmul_bt_fp8_dynamic::matmul_bt_fp8_dynamic,
     round_rows_e4m3::round_rows_e4m3,
 };
-use candle_core::{Result, Tensor};
+use candle_core::{Result, Tensor, D};
+
+/// The rows of `x [.., K]`.
+fn rows(x: &Tensor) -> Result<usize> {
+    Ok(x.elem_count() / x.dim(D::Minus1)?.max(1))
+}
 
 pub enum Projection {
     Dense(Tensor),
@@ -64,9 +68,10 @@ impl Projection {
             Projection::Panels { .. } | Projection::Fp8Panels { .. } => {
                 gelu_mul_after(&self.forward(x)?, up)
             }
+            // Prefill's rows go through the FP8 GEMM of the projection alone, then the product.
             Projection::E4m3Input(inner) => match &**inner {
-                Projection::Fp8 { weight, scale } => {
-                    linear_gelu_mul_fp8_dynamic(x, weight, scale, up)
+                Projection::Fp8 { weight, scale } if rows(x)? > GEMV_MAX_ROWS => {
+                    gelu_mul_after(&matmul_bt_fp8_dynamic(x, weight, scale)?, up)
                 }
                 inner => inner.forward_gelu_mul(&round_rows_e4m3(x)?, up),
             },

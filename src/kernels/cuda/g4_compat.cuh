@@ -57,14 +57,6 @@ typedef __half g4_f16;
     do {                     \
     } while (0)
 #endif
-// Asks for the 16 bytes at `p` to be brought into L2 without waiting for them (no registers held).
-#if defined(__HIPCC__)
-#define G4_PREFETCH_L2(p) \
-    do {                  \
-    } while (0)
-#else
-#define G4_PREFETCH_L2(p) asm volatile("prefetch.global.L2 [%0];" ::"l"(p))
-#endif
 // The first statement of every kernel that reads nothing before its inputs are ready.
 #define G4_KERNEL_START()          \
     do {                           \

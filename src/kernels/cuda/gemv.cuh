@@ -64,18 +64,8 @@ __device__ __forceinline__ void x_values(const T* x_row, int i, float* out) {
 //
 // gemv_partials is that reduction up to one partial sum per (warp, row of X) in shared memory;
 // gemv and gemv_gelu_mul (below) differ only in which weight row each warp reads and in how the
-// partials become outputs. `XStage` is what the block does with X once it may read it: `XAsRead`
-// reads it where it is. A stage that rewrites X (e4m3.cuh's `E4m3RoundedRow`: decode's row
-// rounded into shared memory, an FP8_DYNAMIC projection's input) needs every thread of the block,
-// so it runs before the loop, and the first batch of W is only prefetched into L2 before the wait
-// (held in registers there, it would cost the plain GEMVs an occupancy step).
-struct XAsRead {
-    static constexpr bool rewrites = false;
-    template <typename T>
-    __device__ const T* operator()(const T* x, int, int) const { return x; }
-};
-
-template <typename T, typename W, int MAX_ROWS, int BATCH, typename XStage = XAsRead>
+// partials become outputs.
+template <typename T, typename W, int MAX_ROWS, int BATCH>
 __device__ void gemv_partials(const T* x, const typename W::Stored* w, int row, bool has_row, int part,
                               int warps_per_col, int m, int k, float (*partial)[MAX_ROWS]) {
     const int warp_size = warpSize;
@@ -88,18 +78,6 @@ __device__ void gemv_partials(const T* x, const typename W::Stored* w, int row, 
     for (int r = 0; r < MAX_ROWS; ++r) sum[r] = 0.0f;
     // W is no kernel's output: the first batch is in flight before X is waited for.
     bool waited = false;
-    if constexpr (XStage::rewrites) {
-        if (has_row) {
-            const uint4* w_row = reinterpret_cast<const uint4*>(w + (size_t)row * k);
-            for (int u = 0; u < BATCH; ++u) {
-                const int i = part * warp_size + lane + u * step;
-                if (i < vectors) G4_PREFETCH_L2(w_row + i);
-            }
-        }
-        G4_WAIT_FOR_INPUTS();
-        waited = true;
-        x = XStage()(x, m, k);
-    }
     if (has_row) {
         const uint4* w_row = reinterpret_cast<const uint4*>(w + (size_t)row * k);
         for (int base = part * warp_size + lane; base < vectors; base += step * BATCH) {
@@ -149,7 +127,7 @@ __device__ __forceinline__ float gemv_total(const float (*partial)[MAX_ROWS], in
     return total;
 }
 
-template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH, typename XStage = XAsRead>
+template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH>
 __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale, T* y, int m, int n, int k,
                      int warps_per_col) {
     const int warp_size = warpSize;
@@ -158,7 +136,7 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
     const int col = blockIdx.x * cols_per_block + warp / warps_per_col;
     const int part = warp % warps_per_col;
     __shared__ float partial[G4_GEMV_MAX_WARPS][MAX_ROWS];
-    gemv_partials<T, W, MAX_ROWS, BATCH, XStage>(x, w, col, col < n, part, warps_per_col, m, k, partial);
+    gemv_partials<T, W, MAX_ROWS, BATCH>(x, w, col, col < n, part, warps_per_col, m, k, partial);
     if (part == 0 && lane < m && col < n) {
         const float total = gemv_total<MAX_ROWS>(partial, warp, warps_per_col, lane);
         y[(size_t)lane * n + col] = g4_from_f32<T>(total * W::row_scale(scale, col));
@@ -170,7 +148,7 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
 // With W packed, each output's block holds the warps of its gate row and then those of its up
 // row. Each projection is rounded to T before the product, and the GeLU too, exactly as a GEMV
 // followed by gelu_and_mul / gelu_mul rounds (the sums are the same sums in the same order).
-template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH, typename XStage = XAsRead>
+template <typename T, typename W, int MAX_ROWS, int BATCH = G4_GEMV_BATCH>
 __device__ void gemv_gelu_mul(const T* x, const typename W::Stored* w, const float* scale, const T* up, T* y,
                               int m, int d, int k, int warps_per_col) {
     const int warp_size = warpSize;
@@ -182,7 +160,7 @@ __device__ void gemv_gelu_mul(const T* x, const typename W::Stored* w, const flo
     const int half = (warp / warps_per_col) % halves;
     const int part = warp % warps_per_col;
     __shared__ float partial[G4_GEMV_MAX_WARPS][MAX_ROWS];
-    gemv_partials<T, W, MAX_ROWS, BATCH, XStage>(x, w, out + half * d, out < d, part, warps_per_col, m, k, partial);
+    gemv_partials<T, W, MAX_ROWS, BATCH>(x, w, out + half * d, out < d, part, warps_per_col, m, k, partial);
     if (half == 0 && part == 0 && lane < m && out < d) {
         const float gate = g4_round<T>(gemv_total<MAX_ROWS>(partial, warp, warps_per_col, lane) *
                                        W::row_scale(scale, out));

@@ -1,8 +1,6 @@
 // linear_gelu_mul: Y[m, d] = gelu_tanh(X·W_gateᵀ) ⊙ U for a few rows of X (decode), U the packed up
 // half of W or a given tensor: gemv.cuh's gemv_gelu_mul with dense weights (stored as T) or e4m3
-// weights with one f32 scale per row, the latter also with X rounded to e4m3 by each block (an
-// FP8_DYNAMIC checkpoint's gate/up: e4m3.cuh's E4m3RoundedRow). One launch where a GEMV and an
-// elementwise kernel (and the rounding kernel) were.
+// weights with one f32 scale per row. One launch where a GEMV and an elementwise kernel were.
 #include "gemv.cuh"
 
 // Per weight format: one entry point for up to G4_GEMV_MAX_ROWS rows and one for decode's single
@@ -47,10 +45,5 @@
                                                                              int d, int k, int warps_per_col) {            \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
         gemv_gelu_mul<T, E4m3Weights, 1>(x, w, scale, up, y, m, d, k, warps_per_col);                                      \
-    }                                                                                                                      \
-    extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_dynamic_gelu_mul_one_row_##NAME(                                      \
-        const T* x, const uint8_t* w, const float* scale, const T* up, T* y, int m, int d, int k, int warps_per_col) {     \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
-        gemv_gelu_mul<T, E4m3Weights, 1, G4_GEMV_BATCH, E4m3RoundedRow>(x, w, scale, up, y, m, d, k, warps_per_col);       \
     }
 G4_FOR_FLOAT_TYPES(G4_LINEAR_GELU_MUL)
