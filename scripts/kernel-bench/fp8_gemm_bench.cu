@@ -8,7 +8,9 @@
 //               e4m3's range), two FP8 tensor-core GEMMs with the row scales as cuBLASLt outer
 //               vectors, lo first so that hi's accumulates onto it (C = D, beta 1)
 //   fp8 x1      the hi term alone (W8A8 as vLLM runs it): the speed such a GEMM could reach,
-//               at e4m3's precision for the activations
+//               at e4m3's precision for the activations; then the same with each of the
+//               algorithms cuBLASLt's heuristic offers (up to 16), to see whether its first is
+//               its fastest
 //   slices      dequant_fp8_channel and the bf16 GEMM over S slices of the weight's rows in
 //               turn, through one scratch slice small enough to stay in L2 (the GEMM reads the
 //               dequantised slice from L2 instead of HBM)
@@ -114,8 +116,28 @@ struct Gemm {
     }
 
     int run(const void* w, const void* x, void* y, float alpha, float beta, cudaStream_t stream) {
-        return lt->matmul(lt->handle, desc, &alpha, w, a_layout, x, b_layout, &beta, y, d_layout, y, d_layout, plan.algo,
+        return run_with(plan, w, x, y, alpha, beta, stream);
+    }
+
+    int run_with(const HeuristicResult& algo, const void* w, const void* x, void* y, float alpha, float beta,
+                 cudaStream_t stream) {
+        return lt->matmul(lt->handle, desc, &alpha, w, a_layout, x, b_layout, &beta, y, d_layout, y, d_layout, algo.algo,
                           lt->workspace, Lt::WORKSPACE, stream);
+    }
+
+    // cuBLASLt's first `count` algorithms for this GEMM, best first by its heuristic (the plan
+    // above is the first).
+    std::vector<HeuristicResult> candidates(int count) {
+        std::vector<HeuristicResult> found(count);
+        void* pref;
+        lt->pref_create(&pref);
+        const size_t workspace = Lt::WORKSPACE;
+        lt->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &workspace, 8);
+        int n = 0;
+        if (lt->heuristic(lt->handle, desc, a_layout, b_layout, d_layout, d_layout, pref, count, found.data(), &n) != 0)
+            n = 0;
+        found.resize(n);
+        return found;
     }
 };
 
@@ -385,6 +407,18 @@ int main() {
                 status |= fp8_gemm.run(w_dev, hi, y, 1.0f, 0.0f, bench.stream);
             });
             report("fp8 x1: split + hi GEMM (W8A8)", one);
+            // Whether the heuristic's first choice is cuBLASLt's fastest for these shapes (g4
+            // takes the first).
+            const std::vector<HeuristicResult> algos = fp8_gemm.candidates(16);
+            for (size_t a = 0; a < algos.size(); ++a) {
+                const double us = timed([&](int) {
+                    split();
+                    status |= fp8_gemm.run_with(algos[a], w_dev, hi, y, 1.0f, 0.0f, bench.stream);
+                });
+                char path[64];
+                snprintf(path, sizeof path, "W8A8 algo %zu/%zu (%.2f waves)", a + 1, algos.size(), algos[a].waves);
+                report(path, us);
+            }
         }
         if (status != 0) printf("%-8s cublasLtMatmul failed: status %d\n", shape.name, status);
         for (void* p : {(void*)w_dev, (void*)w_scale_dev, (void*)x_dev, (void*)dense, (void*)y, (void*)hi, (void*)lo,
