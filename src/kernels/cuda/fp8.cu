@@ -85,10 +85,9 @@ G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
 
 // round_rows_e4m3: each row of x rounded to e4m3 on its own scale (max|x| / 448) and scaled back,
 // every step rounded to T as compressed-tensors rounds it in the activations' dtype: an FP8_DYNAMIC
-// checkpoint's projection input. One block per row. Before Ada (and on HIP) the rounding to e4m3 is
-// written out (round to nearest even on a grid of 2^(e-3), e the value's binade, never below the
-// subnormals' 2^-9) so no vendor FP8 header is needed; the division is a true one, as the
-// reference's is.
+// checkpoint's projection input. One block per row. The rounding to e4m3 is written out (round to
+// nearest even on a grid of 2^(e-3), e the value's binade, never below the subnormals' 2^-9) so no
+// vendor FP8 header is needed; the division is a true one, as the reference's is.
 __device__ __forceinline__ float g4_round_to_e4m3(float v) {
     if (v == 0.0f) return v;
     int binade;
@@ -108,122 +107,39 @@ __device__ __forceinline__ uint8_t g4_e4m3_bits(float v) {
     return sign | (uint8_t)((binade - 1 + 7) << 3) | (uint8_t)((fraction * 2.0f - 1.0f) * 8.0f);
 }
 
-// A row's scale from its largest |x|: that / 448 rounded to T (1 for an all-zero row, which stays
-// zero).
+// A row's scale: its largest |x| / 448 rounded to T (1 for an all-zero row, which stays zero).
 template <typename T>
-__device__ __forceinline__ float e4m3_scale_of(float absmax) {
+__device__ float e4m3_row_scale(const T* row, int cols) {
+    float absmax = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) absmax = fmaxf(absmax, fabsf(g4_to_f32(row[c])));
+    absmax = g4_block_max(absmax);
     return absmax == 0.0f ? 1.0f : g4_round<T>(absmax / 448.0f);
 }
 
-// x divided by its row's scale, rounded to T and clamped to e4m3's range: what is rounded to e4m3.
+// x divided by its row's scale, rounded to T, clamped to e4m3's range and rounded to e4m3.
 template <typename T>
-__device__ __forceinline__ float e4m3_input(T x, float scale) {
-    return fminf(fmaxf(g4_round<T>(g4_to_f32(x) / scale), -448.0f), 448.0f);
-}
-
-// Two clamped values rounded to e4m3: their bits (first in the low byte) and their values.
-#if !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-// Ada and Hopper round a pair in one instruction, to nearest with ties to even as the written-out
-// rounding below does (the inputs are clamped, so saturation never applies), and widen it back in
-// one more. A row's pass is then bound by its bytes, not by the rounding (E4B's down input, 512
-// rows of 10,240: stop 47).
-__device__ __forceinline__ uint16_t e4m3_pair(float first, float second, float& first_value, float& second_value) {
-    uint16_t bits;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(bits) : "f"(second), "f"(first));
-    uint32_t halves;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(bits));
-    const float2 values = __half22float2(*reinterpret_cast<const __half2*>(&halves));
-    first_value = values.x;
-    second_value = values.y;
-    return bits;
-}
-#else
-__device__ __forceinline__ uint16_t e4m3_pair(float first, float second, float& first_value, float& second_value) {
-    first_value = g4_round_to_e4m3(first);
-    second_value = g4_round_to_e4m3(second);
-    return (uint16_t)(g4_e4m3_bits(first_value) | (g4_e4m3_bits(second_value) << 8));
-}
-#endif
-
-// One block rounds row `blockIdx.x` of x: its scale (the block's reduction of max|x|), then the
-// e4m3 bits and values of a 16-byte vector of x at a time, `store_vector(column, bits, values,
-// scale)`, or of one value, `store_one(column, bits, value, scale)`. Rows of whole 16-byte vectors on 16-byte boundaries are read a vector per load
-// (one scalar load per value left too few bytes in flight: stop 47); others a value at a time.
-// Returns the scale.
-template <typename T, typename StoreVector, typename StoreOne>
-__device__ float round_row_e4m3(const T* x, int cols, StoreVector store_vector, StoreOne store_one) {
-    constexpr int per_vector = 16 / sizeof(T);
-    const T* row = x + (size_t)blockIdx.x * cols;
-    const bool vectors = cols % per_vector == 0 && (uintptr_t)row % 16 == 0;
-    float absmax = 0.0f;
-    if (vectors) {
-        for (int v = threadIdx.x; v < cols / per_vector; v += blockDim.x) {
-            const uint4 q = reinterpret_cast<const uint4*>(row)[v];
-            const T* t = reinterpret_cast<const T*>(&q);
-#pragma unroll
-            for (int e = 0; e < per_vector; ++e) absmax = fmaxf(absmax, fabsf(g4_to_f32(t[e])));
-        }
-    } else {
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) absmax = fmaxf(absmax, fabsf(g4_to_f32(row[c])));
-    }
-    const float scale = e4m3_scale_of<T>(g4_block_max(absmax));
-    if (vectors) {
-        for (int v = threadIdx.x; v < cols / per_vector; v += blockDim.x) {
-            const uint4 q = reinterpret_cast<const uint4*>(row)[v];
-            const T* t = reinterpret_cast<const T*>(&q);
-            __align__(8) uint16_t bits[per_vector / 2];
-            float values[per_vector];
-#pragma unroll
-            for (int e = 0; e < per_vector; e += 2) {
-                bits[e / 2] = e4m3_pair(e4m3_input(t[e], scale), e4m3_input(t[e + 1], scale), values[e],
-                                        values[e + 1]);
-            }
-            store_vector(v * per_vector, bits, values, scale);
-        }
-    } else {
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-            float value, unused;
-            const uint16_t bits = e4m3_pair(e4m3_input(row[c], scale), 0.0f, value, unused);
-            store_one(c, (uint8_t)(bits & 0xff), value, scale);
-        }
-    }
-    return scale;
+__device__ __forceinline__ float e4m3_of(T x, float scale) {
+    return g4_round_to_e4m3(fminf(fmaxf(g4_round<T>(g4_to_f32(x) / scale), -448.0f), 448.0f));
 }
 
 template <typename T>
 __device__ void round_rows_e4m3(const T* x, T* out, int cols) {
-    constexpr int per_vector = 16 / sizeof(T);
-    T* out_row = out + (size_t)blockIdx.x * cols;
-    round_row_e4m3<T>(
-        x, cols,
-        [&](int column, const uint16_t*, const float* values, float scale) {
-            uint4 rounded;
-            T* r = reinterpret_cast<T*>(&rounded);
-#pragma unroll
-            for (int e = 0; e < per_vector; ++e) r[e] = g4_from_f32<T>(values[e] * scale);
-            *reinterpret_cast<uint4*>(out_row + column) = rounded;
-        },
-        [&](int column, uint8_t, float value, float scale) { out_row[column] = g4_from_f32<T>(value * scale); });
+    const T* row = x + (size_t)blockIdx.x * cols;
+    const float scale = e4m3_row_scale(row, cols);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        out[(size_t)blockIdx.x * cols + c] = g4_from_f32<T>(e4m3_of(row[c], scale) * scale);
+    }
 }
 
 // The same rounding, kept as e4m3 bits and one f32 scale per row: the X of an FP8 tensor-core
 // GEMM whose outer-vector scales bring back what round_rows_e4m3 would have multiplied in.
 template <typename T>
 __device__ void quantize_rows_e4m3(const T* x, uint8_t* q, float* scales, int cols) {
-    constexpr int per_vector = 16 / sizeof(T);
-    uint8_t* q_row = q + (size_t)blockIdx.x * cols;
-    const float scale = round_row_e4m3<T>(
-        x, cols,
-        // A vector's bytes (8 of bf16 or f16, 4 of f32) in one store: cols is a multiple of
-        // per_vector on this path, so they are aligned to their size.
-        [&](int column, const uint16_t* bits, const float*, float) {
-            if constexpr (per_vector == 8) {
-                *reinterpret_cast<uint2*>(q_row + column) = *reinterpret_cast<const uint2*>(bits);
-            } else {
-                *reinterpret_cast<uint32_t*>(q_row + column) = *reinterpret_cast<const uint32_t*>(bits);
-            }
-        },
-        [&](int column, uint8_t bits, float, float) { q_row[column] = bits; });
+    const T* row = x + (size_t)blockIdx.x * cols;
+    const float scale = e4m3_row_scale(row, cols);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        q[(size_t)blockIdx.x * cols + c] = g4_e4m3_bits(e4m3_of(row[c], scale));
+    }
     if (threadIdx.x == 0) scales[blockIdx.x] = scale;
 }
 
