@@ -64,6 +64,7 @@ pub fn moe_experts_fp8_on(
     }
 }
 
+/// The routed experts only, each dequantised into x's dtype when its turn comes.
 pub fn composed(
     x: &Tensor,
     ids: &Tensor,
