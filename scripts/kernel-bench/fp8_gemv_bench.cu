@@ -143,6 +143,27 @@ int main() {
         };
         for (int batch : {2, 4})
             for (int warps : {8, 16}) add_mma16(batch, warps);
+        // Stop 48: C weight rows per warp group (gemv_geometry's rule over the groups).
+        auto add_columns = [&](int columns, int loads, int warps_per_block) {
+            const int groups = (sh.n + columns - 1) / columns;
+            const std::pair<int, int> g = gemv_geometry(groups, sh.k / 16, loads, warps_per_block);
+            const int threads = warps_per_block * 32;
+            variants.push_back({"cols" + std::to_string(columns) + "_b" + std::to_string(loads) + "_w" +
+                                    std::to_string(warps_per_block),
+                                [=, &bench](const uint8_t* w) {
+                                    auto kernel = columns == 2 ? (loads == 4 ? g4_gemv_fp8_columns<2, 4>
+                                                                             : g4_gemv_fp8_columns<2, 8>)
+                                                               : (loads == 4 ? g4_gemv_fp8_columns<4, 4>
+                                                                             : g4_gemv_fp8_columns<4, 2>);
+                                    kernel<<<g.first, threads, 0, bench.stream>>>(x, w, scale, y, sh.n, sh.k,
+                                                                                  g.second);
+                                }});
+        };
+        add_columns(2, 4, 4);
+        add_columns(2, 8, 4);
+        add_columns(2, 4, 8);
+        add_columns(4, 2, 4);
+        add_columns(4, 4, 4);
         for (const auto& variant : variants) {
             const std::string& name = variant.first;
             const auto& launch = variant.second;

@@ -319,4 +319,61 @@ __device__ void g4_gemv_fp8_mma16(const g4_bf16* x, const uint8_t* w, const floa
     }
 }
 
+
+// Stop 48's candidate, on the CUDA cores: C adjacent weight rows per warp group. The FP8 GEMV
+// reads 16 weights per 16-byte load but X for them in two loads (bf16), so X's loads from L1 are
+// twice W's from memory; here one X load serves C rows, a lane has C · BATCH weight loads in
+// flight, and the per-warp prologue and reduction are paid once per C rows. `parts` warps split
+// each group's K as gemv's warps_per_col do.
+template <int C, int BATCH>
+__global__ void g4_gemv_fp8_columns(const g4_bf16* x, const uint8_t* w, const float* scale, g4_bf16* y, int n, int k,
+                                    int parts) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int groups_per_block = blockDim.x / 32 / parts;
+    const int first = (blockIdx.x * groups_per_block + warp / parts) * C, part = warp % parts;
+    const int vectors = k / 16, step = 32 * parts;
+    float sum[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) sum[c] = 0.0f;
+    for (int base = part * 32 + lane; base < vectors; base += step * BATCH) {
+        uint4 batch[C][BATCH];
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                const int i = base + u * step;
+                batch[c][u] = i < vectors && first + c < n
+                                  ? reinterpret_cast<const uint4*>(w + (size_t)(first + c) * k)[i]
+                                  : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            const int i = base + u * step;
+            if (i >= vectors) break;
+            float xf[16];
+            x_values<g4_bf16, E4m3Weights>(x, i, xf);
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                float wf[16];
+                E4m3Weights::decode(batch[c][u], wf);
+#pragma unroll
+                for (int e = 0; e < 16; ++e) sum[c] += xf[e] * wf[e];
+            }
+        }
+    }
+    __shared__ float partial[32][C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        float s = sum[c];
+        for (int bits = 16; bits > 0; bits >>= 1) s += __shfl_xor_sync(0xffffffffu, s, bits);
+        if (lane == 0) partial[warp][c] = s;
+    }
+    __syncthreads();
+    if (part == 0 && lane < C && first + lane < n) {
+        float total = 0.0f;
+        for (int p = 0; p < parts; ++p) total += partial[warp + p][lane];
+        y[first + lane] = g4_from_f32<g4_bf16>(total * E4m3Weights::row_scale(scale, first + lane));
+    }
+}
+
 #endif
