@@ -23,6 +23,7 @@ pub mod argmax;
 pub mod attention;
 pub mod dequant_fp8_channel;
 pub mod dual_rms_norm_plus_res;
+pub mod dual_rms_norm_plus_res_e4m3;
 pub mod gelu_and_mul;
 pub mod gelu_mul;
 pub mod linear;
@@ -87,6 +88,7 @@ fused_ops! {
     RmsNorm => rms_norm,
     RmsNormPlusAdd => rms_norm_plus_add,
     DualRmsNormPlusRes => dual_rms_norm_plus_res,
+    DualRmsNormPlusResE4m3 => dual_rms_norm_plus_res_e4m3,
     MatmulBtAlphaBeta => matmul_bt_alpha_beta,
     DequantFp8Channel => dequant_fp8_channel,
     MatmulBtFp8Channel => matmul_bt_fp8_channel,

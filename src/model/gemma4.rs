@@ -12,6 +12,7 @@ use super::weights::{Checkpoint, Part, Take};
 use crate::kernels::{
     attention::{attention, Visible},
     dual_rms_norm_plus_res::{dual_rms_norm_plus_res, DualNorms},
+    dual_rms_norm_plus_res_e4m3::dual_rms_norm_plus_res_e4m3,
     linear::linear,
     linear_gelu_mul::Up,
     moe_experts::moe_experts,
@@ -602,15 +603,21 @@ impl Gemma4 {
         // Each layer's normed input: the first layer's here, later ones from the previous
         // layer's last launch (`feed_forward`).
         let mut h = match self.layers.first() {
-            Some(first) => rms_norm(&x, Some(&first.input_norm), eps)?,
-            None => x.clone(),
+            Some(first) => Some(NormedInput::of((
+                first,
+                rms_norm(&x, Some(&first.input_norm), eps)?,
+            ))),
+            None => None,
         };
         for (i, layer) in self.layers.iter().enumerate() {
             let kind = layer.spec.kind;
-            let in_cache = positions.prepare_kv(i, &layer.spec, &h)?;
+            let input = h
+                .take()
+                .context("internal: a layer without its normed input")?;
+            let in_cache = positions.prepare_kv(i, &layer.spec, &input.rows)?;
             let (cos, sin) = positions.rope(kind);
             let kv_slot = positions.kv_slot(i, &layer.spec, in_cache)?;
-            let (q, own_kv) = layer.attention_inputs(&h, cos, sin, eps, kv_slot)?;
+            let (q, own_kv) = layer.attention_inputs(&input, cos, sin, eps, kv_slot)?;
             let (k, v) = match (own_kv, layer.spec.kv_source) {
                 (Some((k, v)), _) => {
                     let attend =
@@ -629,18 +636,15 @@ impl Gemma4 {
             let attn = attn.transpose(1, 2)?.reshape((1, seq, ()))?;
             let attn = self.summed(layer.o_proj.forward(&attn)?)?;
             let layer_ple = ple.as_ref().map(|p| p.layer(i)).transpose()?;
-            let next_input_norm = self.layers.get(i + 1).map(|l| &l.input_norm);
             let (out, next_input) = layer.feed_forward(
                 &x,
                 &attn,
                 layer_ple,
-                next_input_norm,
+                self.layers.get(i + 1),
                 &self.config,
                 self.all_reduce.as_deref(),
             )?;
-            if let Some(next_input) = next_input {
-                h = next_input;
-            }
+            h = next_input;
             x = out;
         }
         Ok(x)
@@ -979,13 +983,13 @@ impl DecoderLayer {
     /// without weight) and RoPE on q and k.
     fn attention_inputs(
         &self,
-        h: &Tensor,
+        h: &NormedInput,
         cos: &Tensor,
         sin: &Tensor,
         eps: f64,
         kv_slot: Option<KvSlot>,
     ) -> Result<AttentionInputs> {
-        let qkv = self.qkv_proj.forward(h)?;
+        let qkv = h.projection.forward(&h.rows)?;
         Ok(qkv_norm_rope(
             &qkv,
             self.qkv_layout,
@@ -1002,23 +1006,22 @@ impl DecoderLayer {
     /// Returns the layer's output and, given the next layer's input norm, that norm's output —
     /// fused with the layer's last residual add where one kernel does both
     /// (`dual_rms_norm_plus_res`, `moe_output`: one launch instead of three).
-    fn feed_forward(
+    fn feed_forward<'n>(
         &self,
         x: &Tensor,
         attn: &Tensor,
         ple: Option<Tensor>,
-        next_input_norm: Option<&Tensor>,
+        next_layer: Option<&'n DecoderLayer>,
         config: &Config,
         all_reduce: Option<&dyn AllReduce>,
-    ) -> Result<(Tensor, Option<Tensor>)> {
+    ) -> Result<(Tensor, Option<NormedInput<'n>>)> {
         let eps = config.rms_norm_eps;
-        let (residual, normed) = dual_rms_norm_plus_res(
-            x,
-            attn,
-            DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm),
-            eps,
-        )?;
-        let activated = self.mlp.gate_up.forward_gelu_mul(&normed, Up::Packed)?;
+        let next_input_norm = next_layer.map(|next| &next.input_norm);
+        let norms = DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm);
+        let (residual, normed) = dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up)?;
+        let activated = normed
+            .projection
+            .forward_gelu_mul(&normed.rows, Up::Packed)?;
         let mlp_out = summed(all_reduce, self.mlp.down.forward(&activated)?)?;
         // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
         // can fuse with the scalar and the next layer's input norm.
@@ -1036,7 +1039,7 @@ impl DecoderLayer {
                 };
                 let (out, next_input) = moe_output(&residual, &mlp_out, &experts, &norms, eps)?;
                 if ends_layer {
-                    return Ok((out, next_input));
+                    return Ok((out, next_layer.zip(next_input).map(NormedInput::of)));
                 }
                 (out, None)
             }
@@ -1051,28 +1054,74 @@ impl DecoderLayer {
             let projected = layer_ple.projection.forward(&gated)?;
             last_add = Some((projected, &layer_ple.post_norm));
         }
-        match (last_add, next_input_norm) {
-            (Some((branch, post_norm)), Some(next_pre_norm)) => {
+        match (last_add, next_layer) {
+            (Some((branch, post_norm)), Some(next)) => {
                 let norms = DualNorms {
                     post_norm,
                     residual_scale: self.layer_scalar,
-                    next_pre_norm,
+                    next_pre_norm: &next.input_norm,
                 };
-                let (x, h) = dual_rms_norm_plus_res(&x, &branch, norms, eps)?;
+                let (x, h) = dual_norm_into(&x, &branch, norms, eps, &next.qkv_proj)?;
                 Ok((x, Some(h)))
             }
-            (last_add, next_input_norm) => {
+            (last_add, next_layer) => {
                 if let Some((branch, post_norm)) = last_add {
                     x = rms_norm_plus_add(&x, &branch, post_norm, eps)?;
                 }
                 let x = x.affine(self.layer_scalar, 0.0)?;
-                let next_input = next_input_norm
-                    .map(|norm| rms_norm(&x, Some(norm), eps))
-                    .transpose()?;
+                let next_input = match next_layer {
+                    Some(next) => {
+                        let rows = rms_norm(&x, Some(&next.input_norm), eps)?;
+                        Some(NormedInput::of((next, rows)))
+                    }
+                    None => None,
+                };
                 Ok((x, next_input))
             }
         }
     }
+}
+
+/// A projection's normed input rows and the projection to run on them: the layer's own, or —
+/// where the norm has already rounded the rows to e4m3 (an FP8_DYNAMIC projection's decode rows)
+/// — the projection behind that rounding.
+struct NormedInput<'p> {
+    rows: Tensor,
+    projection: &'p Projection,
+}
+
+impl<'p> NormedInput<'p> {
+    /// `rows`, the input norm's output, for `layer`'s q/k/v projection as it is.
+    fn of((layer, rows): (&'p DecoderLayer, Tensor)) -> NormedInput<'p> {
+        NormedInput {
+            rows,
+            projection: &layer.qkv_proj,
+        }
+    }
+}
+
+/// `dual_rms_norm_plus_res` whose `y` is `projection`'s input. Where that projection rounds its
+/// rows to e4m3 first and may take them rounded, the norm rounds them as it stores them
+/// (`dual_rms_norm_plus_res_e4m3`: in a decode step one launch where there were two).
+fn dual_norm_into<'p>(
+    residual: &Tensor,
+    x: &Tensor,
+    norms: DualNorms,
+    eps: f64,
+    projection: &'p Projection,
+) -> Result<(Tensor, NormedInput<'p>)> {
+    let rows = x.elem_count() / x.dim(candle_core::D::Minus1)?.max(1);
+    let (residual, rows, projection) = match projection.after_rounding(rows) {
+        Some(inner) => {
+            let (residual, y) = dual_rms_norm_plus_res_e4m3(residual, x, norms, eps)?;
+            (residual, y, inner)
+        }
+        None => {
+            let (residual, y) = dual_rms_norm_plus_res(residual, x, norms, eps)?;
+            (residual, y, projection)
+        }
+    };
+    Ok((residual, NormedInput { rows, projection }))
 }
 
 /// The two expert tensors, as transformers packs them: `gate_up_proj [E, 2W, H]` (gate rows then

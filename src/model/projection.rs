@@ -78,6 +78,22 @@ impl Projection {
         }
     }
 
+    /// The projection to run on `rows` rows of input that the norm before it has already
+    /// rounded to e4m3 per row (`dual_rms_norm_plus_res_e4m3`), for exactly what `self` gives on
+    /// the unrounded rows: an FP8_DYNAMIC projection's inner one, except where its rows go to
+    /// the FP8 tensor cores, whose GEMM quantises the unrounded rows itself. `None` where the
+    /// norm must leave its output unrounded.
+    pub fn after_rounding(&self, rows: usize) -> Option<&Projection> {
+        match self {
+            Projection::E4m3Input(inner)
+                if rows <= GEMV_MAX_ROWS || !matches!(**inner, Projection::Fp8 { .. }) =>
+            {
+                Some(inner)
+            }
+            _ => None,
+        }
+    }
+
     /// The tensors that hold it, for counting memory.
     pub fn tensors(&self) -> Box<dyn Iterator<Item = &Tensor> + '_> {
         match self {

@@ -1,4 +1,5 @@
-// e4m3 (FP8) weights decoded in registers, shared by the kernels that read FP8 checkpoints.
+// e4m3 (FP8) weights decoded in registers, shared by the kernels that read FP8 checkpoints, and
+// activations rounded to e4m3 (FP8_DYNAMIC checkpoints), below.
 // A 16-byte load brings 16 weights to decode (twice bf16's per byte), so the decode is as short
 // as each target allows. (On its own this did not move the H200's FP8 GEMV: probe-ops --perf
 // read 2.06 TB/s with it, 2.04 without.) Both ways give the weight divided by
@@ -47,4 +48,55 @@ __device__ __forceinline__ void e4m3x16_to_f32_over_unit(const uint4& bytes, flo
     e4m3x4_to_f32_over_unit(bytes.y, out + 4);
     e4m3x4_to_f32_over_unit(bytes.z, out + 8);
     e4m3x4_to_f32_over_unit(bytes.w, out + 12);
+}
+
+// The other way: activations rounded to e4m3 per row (an FP8_DYNAMIC checkpoint's projection
+// inputs: round_rows_e4m3 and quantize_rows_e4m3 in fp8.cu, and the norm before q/k/v and before
+// gate/up in norms.cu). The rounding to e4m3 is written out (round to nearest even on a grid of
+// 2^(e-3), e the value's binade, never below the subnormals' 2^-9) so no vendor FP8 header is
+// needed; the division is a true one, as the reference's is.
+__device__ __forceinline__ float g4_round_to_e4m3(float v) {
+    if (v == 0.0f) return v;
+    int binade;
+    frexpf(v, &binade);
+    const float step = ldexpf(1.0f, max(binade - 1, -6) - 3);
+    return rintf(v / step) * step;
+}
+
+// The bits of an e4m3 value (one g4_round_to_e4m3 returned): sign, exponent with bias 7 (0 for
+// the subnormals, multiples of 2^-9), 3 mantissa bits.
+__device__ __forceinline__ uint8_t g4_e4m3_bits(float v) {
+    const uint8_t sign = v < 0.0f ? 0x80 : 0;
+    const float magnitude = fabsf(v);
+    if (magnitude < 0.015625f) return sign | (uint8_t)(magnitude * 512.0f);
+    int binade;
+    const float fraction = frexpf(magnitude, &binade);
+    return sign | (uint8_t)((binade - 1 + 7) << 3) | (uint8_t)((fraction * 2.0f - 1.0f) * 8.0f);
+}
+
+// A row's scale from its largest |x|: that / 448 rounded to T (1 for an all-zero row, which stays
+// zero).
+template <typename T>
+__device__ __forceinline__ float e4m3_scale_of(float absmax) {
+    return absmax == 0.0f ? 1.0f : g4_round<T>(absmax / 448.0f);
+}
+
+// A row's scale, the whole block reducing it.
+template <typename T>
+__device__ float e4m3_row_scale(const T* row, int cols) {
+    float absmax = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) absmax = fmaxf(absmax, fabsf(g4_to_f32(row[c])));
+    return e4m3_scale_of<T>(g4_block_max(absmax));
+}
+
+// x (a value of T) divided by its row's scale, rounded to T, clamped to e4m3's range and
+// rounded to e4m3.
+template <typename T>
+__device__ __forceinline__ float e4m3_of_value(float x, float scale) {
+    return g4_round_to_e4m3(fminf(fmaxf(g4_round<T>(x / scale), -448.0f), 448.0f));
+}
+
+template <typename T>
+__device__ __forceinline__ float e4m3_of(T x, float scale) {
+    return e4m3_of_value<T>(g4_to_f32(x), scale);
 }

@@ -85,43 +85,7 @@ G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
 
 // round_rows_e4m3: each row of x rounded to e4m3 on its own scale (max|x| / 448) and scaled back,
 // every step rounded to T as compressed-tensors rounds it in the activations' dtype: an FP8_DYNAMIC
-// checkpoint's projection input. One block per row. The rounding to e4m3 is written out (round to
-// nearest even on a grid of 2^(e-3), e the value's binade, never below the subnormals' 2^-9) so no
-// vendor FP8 header is needed; the division is a true one, as the reference's is.
-__device__ __forceinline__ float g4_round_to_e4m3(float v) {
-    if (v == 0.0f) return v;
-    int binade;
-    frexpf(v, &binade);
-    const float step = ldexpf(1.0f, max(binade - 1, -6) - 3);
-    return rintf(v / step) * step;
-}
-
-// The bits of an e4m3 value (one g4_round_to_e4m3 returned): sign, exponent with bias 7 (0 for
-// the subnormals, multiples of 2^-9), 3 mantissa bits.
-__device__ __forceinline__ uint8_t g4_e4m3_bits(float v) {
-    const uint8_t sign = v < 0.0f ? 0x80 : 0;
-    const float magnitude = fabsf(v);
-    if (magnitude < 0.015625f) return sign | (uint8_t)(magnitude * 512.0f);
-    int binade;
-    const float fraction = frexpf(magnitude, &binade);
-    return sign | (uint8_t)((binade - 1 + 7) << 3) | (uint8_t)((fraction * 2.0f - 1.0f) * 8.0f);
-}
-
-// A row's scale: its largest |x| / 448 rounded to T (1 for an all-zero row, which stays zero).
-template <typename T>
-__device__ float e4m3_row_scale(const T* row, int cols) {
-    float absmax = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) absmax = fmaxf(absmax, fabsf(g4_to_f32(row[c])));
-    absmax = g4_block_max(absmax);
-    return absmax == 0.0f ? 1.0f : g4_round<T>(absmax / 448.0f);
-}
-
-// x divided by its row's scale, rounded to T, clamped to e4m3's range and rounded to e4m3.
-template <typename T>
-__device__ __forceinline__ float e4m3_of(T x, float scale) {
-    return g4_round_to_e4m3(fminf(fmaxf(g4_round<T>(g4_to_f32(x) / scale), -448.0f), 448.0f));
-}
-
+// checkpoint's projection input. One block per row; the rounding is e4m3.cuh's.
 template <typename T>
 __device__ void round_rows_e4m3(const T* x, T* out, int cols) {
     const T* row = x + (size_t)blockIdx.x * cols;

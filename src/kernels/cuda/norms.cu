@@ -8,6 +8,7 @@
 // row fills them or not, and at V = 16 a 512-thread block took a whole multiprocessor's
 // registers, so a prefill's rows ran one block per multiprocessor.
 #include "g4_compat.cuh"
+#include "e4m3.cuh"
 
 #define G4_NORM_MAX_THREADS 512
 
@@ -158,7 +159,24 @@ __device__ __forceinline__ float load_tail_inputs(const T* x, const T* residual,
     return inv_rms(v, cols, eps);
 }
 
+// A row's V values per thread rounded to T, then to e4m3 on the row's scale and back, as
+// round_rows_e4m3 (fp8.cu) rounds a stored row; values past the row's end are zero.
 template <typename T, int V>
+__device__ __forceinline__ void round_row_to_e4m3(float (&v)[V]) {
+    float absmax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        v[i] = g4_round<T>(v[i]);
+        absmax = fmaxf(absmax, fabsf(v[i]));
+    }
+    const float scale = e4m3_scale_of<T>(g4_block_max(absmax));
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = e4m3_of_value<T>(v[i], scale) * scale;
+}
+
+// With ROUND_Y, y is the input of an FP8_DYNAMIC projection: rounded to e4m3 per row here, where
+// the block holds the whole row, instead of by a round_rows_e4m3 launch of its own.
+template <typename T, int V, bool ROUND_Y = false>
 __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
                                        T* out_y, int cols, float residual_scale, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
@@ -177,6 +195,7 @@ __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w
     const float inv_r = inv_rms(v, cols, eps);
 #pragma unroll
     for (int i = 0; i < V; ++i) res[i] = v[i] * inv_r * weight2[i];
+    if constexpr (ROUND_Y) round_row_to_e4m3<T>(res);
     store_row(out_y + base, cols, res);
 }
 
@@ -510,3 +529,22 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
         dual_rms_norm_plus_res_lean<T>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps); \
     }
 G4_FOR_FLOAT_TYPES(G4_NORMS)
+
+// dual_rms_norm_plus_res_e4m3: y rounded to e4m3 per row (a decode step's input of an FP8_DYNAMIC
+// checkpoint's gate/up or q/k/v). V = 8 over up to 512 threads (rows up to 4,096 wide) or, for up
+// to 8 rows 4,097–8,192 wide, up to 1,024 (`_few_rows`).
+#define G4_DUAL_NORM_E4M3(NAME, T)                                                                             \
+    extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_dual_rms_norm_plus_res_e4m3_##NAME(   \
+        const T* residual, const T* x, const T* w1, const T* w2, T* out_residual, T* out_y, int cols,            \
+        float residual_scale, float eps) {                                                                     \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                            \
+        dual_rms_norm_plus_res<T, 8, true>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps); \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(G4_FEW_ROWS_NORM_MAX_THREADS)                                 \
+        g4_dual_rms_norm_plus_res_e4m3_few_rows_##NAME(const T* residual, const T* x, const T* w1, const T* w2, \
+                                                       T* out_residual, T* out_y, int cols, float residual_scale, \
+                                                       float eps) {                                            \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                            \
+        dual_rms_norm_plus_res<T, 8, true>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps); \
+    }
+G4_FOR_FLOAT_TYPES(G4_DUAL_NORM_E4M3)

@@ -410,6 +410,12 @@ pub fn per_row(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
     })
 }
 
+/// [`per_row`]'s launch where it holds the row at `ROW_VALUES_PER_THREAD` values a thread (rows
+/// up to 4,096 wide), for kernels that come only in that budget; `None` for wider rows.
+pub fn per_row_plain(rows: usize, cols: usize, lanes: usize) -> Option<RowLaunch> {
+    per_row(rows, cols, lanes).filter(|launch| launch.variant == RowVariant::Plain)
+}
+
 /// The lean wide norm's launch bound (`G4_LEAN_NORM_MAX_THREADS`).
 const ROW_LEAN_MAX_THREADS: usize = 384;
 
