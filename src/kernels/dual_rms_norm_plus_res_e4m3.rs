@@ -131,7 +131,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "up to 8 rows 4097 to 8192 wide (a decode step's 31B rows)",
         path: "native: one block per row of up to 1024 threads (GPU); the CPU's norm, then the composed rounding",
-        case: "[1, 5376]",
+        case: "[2, 5376]",
     },
     ShapePath {
         shapes: "more than 8 rows wider than 4096, and rows wider than 8192",

@@ -85,25 +85,87 @@ G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
 
 // round_rows_e4m3: each row of x rounded to e4m3 on its own scale (max|x| / 448) and scaled back,
 // every step rounded to T as compressed-tensors rounds it in the activations' dtype: an FP8_DYNAMIC
-// checkpoint's projection input. One block per row; the rounding is e4m3.cuh's.
+// checkpoint's projection input; the rounding of each value is e4m3.cuh's.
+//
+// One block rounds row `blockIdx.x` of x: its scale (the block's reduction of max|x|), then the
+// e4m3 bits and values of a 16-byte vector of x at a time, `store_vector(column, bits, values,
+// scale)`, or of one value, `store_one(column, bits, value, scale)`. Rows of whole 16-byte vectors on 16-byte boundaries are read a vector per load
+// (one scalar load per value left too few bytes in flight: stop 47); others a value at a time.
+// Returns the scale.
+template <typename T, typename StoreVector, typename StoreOne>
+__device__ float round_row_e4m3(const T* x, int cols, StoreVector store_vector, StoreOne store_one) {
+    constexpr int per_vector = 16 / sizeof(T);
+    const T* row = x + (size_t)blockIdx.x * cols;
+    const bool vectors = cols % per_vector == 0 && (uintptr_t)row % 16 == 0;
+    float absmax = 0.0f;
+    if (vectors) {
+        for (int v = threadIdx.x; v < cols / per_vector; v += blockDim.x) {
+            const uint4 q = reinterpret_cast<const uint4*>(row)[v];
+            const T* t = reinterpret_cast<const T*>(&q);
+#pragma unroll
+            for (int e = 0; e < per_vector; ++e) absmax = fmaxf(absmax, fabsf(g4_to_f32(t[e])));
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) absmax = fmaxf(absmax, fabsf(g4_to_f32(row[c])));
+    }
+    const float scale = e4m3_scale_of<T>(g4_block_max(absmax));
+    if (vectors) {
+        for (int v = threadIdx.x; v < cols / per_vector; v += blockDim.x) {
+            const uint4 q = reinterpret_cast<const uint4*>(row)[v];
+            const T* t = reinterpret_cast<const T*>(&q);
+            __align__(8) uint16_t bits[per_vector / 2];
+            float values[per_vector];
+#pragma unroll
+            for (int e = 0; e < per_vector; e += 2) {
+                bits[e / 2] = e4m3_pair(e4m3_input<T>(g4_to_f32(t[e]), scale), e4m3_input<T>(g4_to_f32(t[e + 1]), scale), values[e],
+                                        values[e + 1]);
+            }
+            store_vector(v * per_vector, bits, values, scale);
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            float value, unused;
+            const uint16_t bits = e4m3_pair(e4m3_input<T>(g4_to_f32(row[c]), scale), 0.0f, value, unused);
+            store_one(c, (uint8_t)(bits & 0xff), value, scale);
+        }
+    }
+    return scale;
+}
+
 template <typename T>
 __device__ void round_rows_e4m3(const T* x, T* out, int cols) {
-    const T* row = x + (size_t)blockIdx.x * cols;
-    const float scale = e4m3_row_scale(row, cols);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        out[(size_t)blockIdx.x * cols + c] = g4_from_f32<T>(e4m3_of(row[c], scale) * scale);
-    }
+    constexpr int per_vector = 16 / sizeof(T);
+    T* out_row = out + (size_t)blockIdx.x * cols;
+    round_row_e4m3<T>(
+        x, cols,
+        [&](int column, const uint16_t*, const float* values, float scale) {
+            uint4 rounded;
+            T* r = reinterpret_cast<T*>(&rounded);
+#pragma unroll
+            for (int e = 0; e < per_vector; ++e) r[e] = g4_from_f32<T>(values[e] * scale);
+            *reinterpret_cast<uint4*>(out_row + column) = rounded;
+        },
+        [&](int column, uint8_t, float value, float scale) { out_row[column] = g4_from_f32<T>(value * scale); });
 }
 
 // The same rounding, kept as e4m3 bits and one f32 scale per row: the X of an FP8 tensor-core
 // GEMM whose outer-vector scales bring back what round_rows_e4m3 would have multiplied in.
 template <typename T>
 __device__ void quantize_rows_e4m3(const T* x, uint8_t* q, float* scales, int cols) {
-    const T* row = x + (size_t)blockIdx.x * cols;
-    const float scale = e4m3_row_scale(row, cols);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        q[(size_t)blockIdx.x * cols + c] = g4_e4m3_bits(e4m3_of(row[c], scale));
-    }
+    constexpr int per_vector = 16 / sizeof(T);
+    uint8_t* q_row = q + (size_t)blockIdx.x * cols;
+    const float scale = round_row_e4m3<T>(
+        x, cols,
+        // A vector's bytes (8 of bf16 or f16, 4 of f32) in one store: cols is a multiple of
+        // per_vector on this path, so they are aligned to their size.
+        [&](int column, const uint16_t* bits, const float*, float) {
+            if constexpr (per_vector == 8) {
+                *reinterpret_cast<uint2*>(q_row + column) = *reinterpret_cast<const uint2*>(bits);
+            } else {
+                *reinterpret_cast<uint32_t*>(q_row + column) = *reinterpret_cast<const uint32_t*>(bits);
+            }
+        },
+        [&](int column, uint8_t bits, float, float) { q_row[column] = bits; });
     if (threadIdx.x == 0) scales[blockIdx.x] = scale;
 }
 

@@ -170,8 +170,13 @@ __device__ __forceinline__ void round_row_to_e4m3(float (&v)[V]) {
         absmax = fmaxf(absmax, fabsf(v[i]));
     }
     const float scale = e4m3_scale_of<T>(g4_block_max(absmax));
+    static_assert(V % 2 == 0, "e4m3 values are rounded in pairs");
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = e4m3_of_value<T>(v[i], scale) * scale;
+    for (int i = 0; i < V; i += 2) {
+        e4m3_pair(e4m3_input<T>(v[i], scale), e4m3_input<T>(v[i + 1], scale), v[i], v[i + 1]);
+        v[i] *= scale;
+        v[i + 1] *= scale;
+    }
 }
 
 // With ROUND_Y, y is the input of an FP8_DYNAMIC projection: rounded to e4m3 per row here, where
