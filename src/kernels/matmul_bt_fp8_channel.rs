@@ -39,6 +39,10 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
 pub const GEMV_MAX_ROWS: usize = 8;
 /// e4m3 weights per 16-byte load of the GEMV.
 const WEIGHTS_PER_VECTOR: usize = 16;
+/// The one-row GEMV's weight rows per warp and loads of each a lane keeps in flight
+/// (`G4_FP8_GEMV_COLUMNS`, `G4_FP8_GEMV_COLUMNS_BATCH` in fp8.cu).
+const ONE_ROW_COLUMNS: usize = 4;
+const ONE_ROW_LOADS_PER_COLUMN: usize = 2;
 
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
 /// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
@@ -59,18 +63,27 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         return linear::composed(x, &dense);
     }
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
-    let (grid, warps_per_col) = linear::gemv_geometry(
-        n,
-        k / WEIGHTS_PER_VECTOR,
-        warp_lanes(x.device()),
-        linear::LOADS_PER_LANE,
-        linear::WARPS_PER_BLOCK,
-    );
-    // One row (every decode step) has its own entry point: fewer registers, more warps in flight.
-    let kernel = if m == 1 {
-        "matmul_bt_fp8_channel_one_row"
+    let lanes = warp_lanes(x.device());
+    // One row (every decode step) has its own entry point, whose warps each take
+    // `ONE_ROW_COLUMNS` weight rows (`gemv_columns` in gemv.cuh); more rows take `linear`'s.
+    let (kernel, (grid, warps_per_col)) = if m == 1 {
+        let geometry = linear::gemv_geometry(
+            n.div_ceil(ONE_ROW_COLUMNS),
+            k / WEIGHTS_PER_VECTOR,
+            lanes,
+            ONE_ROW_LOADS_PER_COLUMN,
+            linear::WARPS_PER_BLOCK,
+        );
+        ("matmul_bt_fp8_channel_one_row_cols4", geometry)
     } else {
-        "matmul_bt_fp8_channel"
+        let geometry = linear::gemv_geometry(
+            n,
+            k / WEIGHTS_PER_VECTOR,
+            lanes,
+            linear::LOADS_PER_LANE,
+            linear::WARPS_PER_BLOCK,
+        );
+        ("matmul_bt_fp8_channel", geometry)
     };
     let y = empty((m, n), x.dtype(), x.device())?;
     let args = [
@@ -134,7 +147,12 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "up to 8 rows (decode), K a multiple of 16",
+        shapes: "one row (a decode step), K a multiple of 16",
+        path: "native GEMV, 4 weight rows per warp group: e4m3 decoded in registers",
+        case: "M1 N130 K272",
+    },
+    ShapePath {
+        shapes: "2 to 8 rows, K a multiple of 16",
         path: "native GEMV: e4m3 decoded in registers, W streamed once for all rows",
         case: "M8 N64 K512",
     },
@@ -151,11 +169,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    // Decode rows (the GEMV: one row, several, a column count no block divides), a prefill
+    // Decode rows (the GEMV: one row, several, column counts no warp group or block divides), a prefill
     // block, K off the 16-weight vectors, and last (the one `--perf` times) a decode GEMV of
     // E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2 cache.
     let shapes = [
         (1, 3, 32),
+        (1, 130, 272),
         (3, 130, 272),
         (8, 64, 512),
         (24, 48, 96),

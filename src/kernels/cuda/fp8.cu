@@ -63,11 +63,15 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
 // matmul_bt_fp8_channel for a few rows of X (decode): Y[m, n] = scale[n] · Σ_k X[m, k]·e4m3(W[n, k]),
 // gemv.cuh's GEMV with e4m3 weights decoded in registers and the row scale (times the decode's
 // G4_E4M3_UNIT) applied to each f32 sum once. The weights are never materialised in T, so decode
-// reads half of bf16's bytes. (Measured on E4B, H200: two columns per warp sharing each X
-// conversion, or the next batch loaded before this one is used, were no faster; a one-row variant
-// was, 180 → 209 tok/s; 16 loads per lane instead of 8 were slower, 232 → 207.)
+// reads half of bf16's bytes. (Measured on E4B, H200: the next batch loaded before this one is
+// used was no faster; a one-row variant was, 180 → 209 tok/s; 16 loads per lane instead of 8
+// were slower, 232 → 207.)
 //
-// One entry point for decode's single row and one for up to G4_GEMV_MAX_ROWS.
+// One entry point for up to G4_GEMV_MAX_ROWS, and decode's single row's `_one_row_cols4`
+// (gemv.cuh's gemv_columns: 4 weight rows per warp group, 2 loads of each in flight), which
+// fp8_gemv_bench measured faster on every E4B and 31B shape but q/k/v (4.97 against 4.92 µs).
+#define G4_FP8_GEMV_COLUMNS 4
+#define G4_FP8_GEMV_COLUMNS_BATCH 2
 #define G4_FP8_MATMUL(NAME, T)                                                                                           \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,              \
                                                                               const float* scale, T* y, int m, int n,    \
@@ -75,11 +79,11 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
         G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
         gemv<T, E4m3Weights, G4_GEMV_MAX_ROWS>(x, w, scale, y, m, n, k, warps_per_col);                                  \
     }                                                                                                                    \
-    extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_##NAME(const T* x, const uint8_t* w,      \
-                                                                                      const float* scale, T* y, int m,   \
-                                                                                      int n, int k, int warps_per_col) { \
+    extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_cols4_##NAME(                             \
+        const T* x, const uint8_t* w, const float* scale, T* y, int m, int n, int k, int warps_per_col) {                \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
-        gemv<T, E4m3Weights, 1>(x, w, scale, y, m, n, k, warps_per_col);                                                 \
+        gemv_columns<T, E4m3Weights, G4_FP8_GEMV_COLUMNS, G4_FP8_GEMV_COLUMNS_BATCH>(x, w, scale, y, n, k,               \
+                                                                                    warps_per_col);                      \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
 
