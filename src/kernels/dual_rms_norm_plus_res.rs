@@ -99,7 +99,7 @@ fn native_fwd(
     norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, launch, per_row, per_row_few, per_row_lean, warp_lanes, Arg};
+    use super::native::{per_row, per_row_few, per_row_lean, warp_lanes};
     let cols = x.dim(candle_core::D::Minus1)?;
     let (rows, lanes) = (x.elem_count() / cols, warp_lanes(x.device()));
     let launch_of = per_row_few(rows, cols, lanes)
@@ -108,6 +108,21 @@ fn native_fwd(
     let Some(rows) = launch_of else {
         return composed(residual, x, norms, eps);
     };
+    launch_rows(&rows, "dual_rms_norm_plus_res", residual, x, norms, eps)
+}
+
+/// Launches `kernel` (a variant of `row_launch`'s) with the dual norm's arguments: this op's
+/// kernel, and `dual_rms_norm_plus_res_e4m3`'s.
+pub(super) fn launch_rows(
+    row_launch: &super::native::RowLaunch,
+    kernel: &str,
+    residual: &Tensor,
+    x: &Tensor,
+    norms: DualNorms,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    use super::native::{empty, launch, Arg};
+    let cols = x.dim(candle_core::D::Minus1)?;
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
     let w1 = norms.post_norm.to_dtype(x.dtype())?.contiguous()?;
     let w2 = norms.next_pre_norm.to_dtype(x.dtype())?.contiguous()?;
@@ -125,9 +140,9 @@ fn native_fwd(
         Arg::F32(eps as f32),
     ];
     launch(
-        &rows.kernel("dual_rms_norm_plus_res", x.dtype())?,
+        &row_launch.kernel(kernel, x.dtype())?,
         x.device(),
-        rows.grid,
+        row_launch.grid,
         &args,
     )?;
     Ok((out_residual, out_y))
@@ -208,10 +223,9 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // 5376 is the 31B model's hidden size; 8192 the widest row held in registers. A scale other
     // than 1 is a layer's end (its scalar; 0.375 is exact in every dtype).
-    for (rows, cols, scale) in [
+    let shapes = [
         (1, 64, 1.0),
         (3, 257, 0.375),
         (2, 8192, 1.0),
@@ -224,13 +238,29 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (64, 5376, 1.0),
         (5, 2560, 1.0),
         (1, 2560, 0.375),
-    ] {
+    ];
+    dual_cases(device, dtype, rng, &shapes, |_, r, x, cols, norms| {
+        Ok(reference(r, x, cols, norms, 1e-6))
+    })
+}
+
+/// One case per `(rows, cols, scale)`: residual and x uniform, two norm weights, and
+/// `expected(builder, residual, x, cols, (w1, scale, w2))` (eps 1e-6).
+pub(super) fn dual_cases(
+    device: &Device,
+    dtype: DType,
+    rng: &mut StdRng,
+    shapes: &[(usize, usize, f64)],
+    expected: impl Fn(&Builder, &[f64], &[f64], usize, (&[f64], f64, &[f64])) -> Result<Vec<f64>>,
+) -> Result<Vec<Case>> {
+    let mut cases = Vec::new();
+    for &(rows, cols, scale) in shapes {
         let mut c = Builder::new(device, dtype, rng);
         let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
         let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
         let w1 = c.float(&[cols], norm_weight)?;
         let w2 = c.float(&[cols], norm_weight)?;
-        let expected = reference(&r, &x, cols, (&w1, scale, &w2), 1e-6);
+        let expected = expected(&c, &r, &x, cols, (&w1, scale, &w2))?;
         let label = match scale == 1.0 {
             true => format!("[{rows}, {cols}]"),
             false => format!("[{rows}, {cols}] scaled by {scale}"),
@@ -239,7 +269,6 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         case.scale = scale;
         cases.push(case);
     }
-
     Ok(cases)
 }
 

@@ -3,7 +3,7 @@
 //! itself. The norm's block holds the whole row, so in a decode step the rounding costs it a
 //! block-wide maximum instead of a launch of its own (two a layer: before q/k/v and gate/up).
 
-use super::check::{norm_weight, Builder, Case};
+use super::check::Case;
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::dual_rms_norm_plus_res::{self as dual, DualNorms};
 use super::native;
@@ -50,7 +50,7 @@ fn native_fwd(
     norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, launch, per_row_few, per_row_plain, warp_lanes, Arg};
+    use super::native::{per_row_few, per_row_plain, warp_lanes};
     let cols = x.dim(candle_core::D::Minus1)?;
     let (rows, lanes) = (x.elem_count() / cols.max(1), warp_lanes(x.device()));
     let launch_of = per_row_few(rows, cols, lanes).or_else(|| per_row_plain(rows, cols, lanes));
@@ -58,25 +58,14 @@ fn native_fwd(
         let (residual, y) = dual::composed(residual, x, norms, eps)?;
         return Ok((residual, round_rows_e4m3::composed(&y)?));
     };
-    let (residual, x) = (residual.contiguous()?, x.contiguous()?);
-    let w1 = norms.post_norm.to_dtype(x.dtype())?.contiguous()?;
-    let w2 = norms.next_pre_norm.to_dtype(x.dtype())?.contiguous()?;
-    let out_residual = empty(x.shape(), x.dtype(), x.device())?;
-    let out_y = empty(x.shape(), x.dtype(), x.device())?;
-    let args = [
-        Arg::Tensor(&residual),
-        Arg::Tensor(&x),
-        Arg::Tensor(&w1),
-        Arg::Tensor(&w2),
-        Arg::Tensor(&out_residual),
-        Arg::Tensor(&out_y),
-        Arg::I32(cols as i32),
-        Arg::F32(norms.residual_scale as f32),
-        Arg::F32(eps as f32),
-    ];
-    let kernel = row_launch.kernel("dual_rms_norm_plus_res_e4m3", x.dtype())?;
-    launch(&kernel, x.device(), row_launch.grid, &args)?;
-    Ok((out_residual, out_y))
+    dual::launch_rows(
+        &row_launch,
+        "dual_rms_norm_plus_res_e4m3",
+        residual,
+        x,
+        norms,
+        eps,
+    )
 }
 
 /// Returns `residual'` followed by the rounded `y`, each `[rows, cols]`: `dual_rms_norm_plus_res`'s
@@ -141,10 +130,9 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // A decode row of E4B (2560) and 31B (5376), a few rows, a width that is no whole number of
     // vectors, and the composed fallbacks; a scale other than 1 is a layer's end.
-    for (rows, cols, scale) in [
+    let shapes = [
         (1, 2560, 1.0),
         (1, 2560, 0.375),
         (3, 257, 1.0),
@@ -153,23 +141,10 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (2, 5376, 1.0),
         (9, 5376, 1.0),
         (1, 8200, 1.0),
-    ] {
-        let mut c = Builder::new(device, dtype, rng);
-        let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
-        let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
-        let w1 = c.float(&[cols], norm_weight)?;
-        let w2 = c.float(&[cols], norm_weight)?;
-        let norms = (&w1[..], scale, &w2[..]);
-        let expected = reference(&r, &x, cols, norms, 1e-6, dtype, |v, d| c.round(v, d))?;
-        let label = match scale == 1.0 {
-            true => format!("[{rows}, {cols}]"),
-            false => format!("[{rows}, {cols}] scaled by {scale}"),
-        };
-        let mut case = c.finish(label, expected);
-        case.scale = scale;
-        cases.push(case);
-    }
-    Ok(cases)
+    ];
+    dual::dual_cases(device, dtype, rng, &shapes, |c, r, x, cols, norms| {
+        reference(r, x, cols, norms, 1e-6, dtype, |v, d| c.round(v, d))
+    })
 }
 
 fn norms_of(c: &Case) -> DualNorms<'_> {
