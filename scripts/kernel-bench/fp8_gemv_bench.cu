@@ -1,7 +1,8 @@
 // The FP8 decode GEMV (one bf16 row, e4m3 weights, one f32 scale per row) on E4B's and 31B's
-// projection shapes: g4's CUDA-core GEMV (gemv.cuh with E4m3Weights, as matmul_bt_fp8_channel
-// launches it) beside the tensor-core candidate of fp8_gemv_candidates.cuh at a few block sizes
-// and batch depths, and a plain read of the same bytes (the floor for one launch). Each shape runs as a
+// projection shapes: gemv.cuh's CUDA-core GEMVs with E4m3Weights (gemv at several batches and
+// block sizes, and gemv_columns at several rows per warp group, matmul_bt_fp8_channel's one-row
+// launch since stop 48) beside the tensor-core candidates of fp8_gemv_candidates.cuh, and a
+// plain read of the same bytes (the floor for one launch). Each shape runs as a
 // CUDA graph of launches on distinct copies of its weights (2 GiB in all, far beyond L2), as a
 // decode step meets them. Every variant is checked against an f64 product of the exact e4m3
 // weights and bf16 inputs: relative RMS error and the largest error over the output's RMS.
@@ -13,6 +14,13 @@ template <int BATCH>
 __global__ void fp8_gemv_cuda_cores(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k,
                                     int warps_per_col) {
     gemv<bf, E4m3Weights, 1, BATCH>(x, w, scale, y, 1, n, k, warps_per_col);
+}
+
+// C weight rows per warp group (gemv.cuh's gemv_columns; g4's one-row FP8 GEMV since stop 48
+// at C = 4, BATCH = 2).
+template <int C, int BATCH>
+__global__ void fp8_gemv_columns(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k, int parts) {
+    gemv_columns<bf, E4m3Weights, C, BATCH>(x, w, scale, y, n, k, parts);
 }
 
 template <int BATCH>
@@ -104,8 +112,8 @@ int main() {
                                             x, w, scale, y, sh.n, sh.k, geometry.second);
                                 }});
         };
-        // matmul_bt_fp8_channel's launch: 8 loads per lane, 4 warps per block.
-        add_cuda_cores("g4", 8, 4);
+        // matmul_bt_fp8_channel's one-row launch before stop 48: 8 loads per lane, 4 warps per block.
+        add_cuda_cores("gemv_b8", 8, 4);
         variants.push_back({"read", [&, bytes](const uint8_t* w) { bench.read(w, bytes); }});
         // `linear`'s narrow choice for bf16 (half the loads per lane, more warps per column), and
         // wider blocks.
@@ -143,7 +151,7 @@ int main() {
         };
         for (int batch : {2, 4})
             for (int warps : {8, 16}) add_mma16(batch, warps);
-        // Stop 48: C weight rows per warp group (gemv_geometry's rule over the groups).
+        // C weight rows per warp group (gemv_geometry's rule over the groups; stop 48).
         auto add_columns = [&](int columns, int loads, int warps_per_block) {
             const int groups = (sh.n + columns - 1) / columns;
             const std::pair<int, int> g = gemv_geometry(groups, sh.k / 16, loads, warps_per_block);
@@ -151,14 +159,15 @@ int main() {
             variants.push_back({"cols" + std::to_string(columns) + "_b" + std::to_string(loads) + "_w" +
                                     std::to_string(warps_per_block),
                                 [=, &bench](const uint8_t* w) {
-                                    auto kernel = columns == 2 ? (loads == 4 ? g4_gemv_fp8_columns<2, 4>
-                                                                             : g4_gemv_fp8_columns<2, 8>)
-                                                               : (loads == 4 ? g4_gemv_fp8_columns<4, 4>
-                                                                             : g4_gemv_fp8_columns<4, 2>);
+                                    auto kernel = columns == 2 ? (loads == 4 ? fp8_gemv_columns<2, 4>
+                                                                             : fp8_gemv_columns<2, 8>)
+                                                               : (loads == 4 ? fp8_gemv_columns<4, 4>
+                                                                             : fp8_gemv_columns<4, 2>);
                                     kernel<<<g.first, threads, 0, bench.stream>>>(x, w, scale, y, sh.n, sh.k,
                                                                                   g.second);
                                 }});
         };
+        // g4's since stop 48: 4 rows, 2 loads of each per lane, 4 warps per block.
         add_columns(2, 4, 4);
         add_columns(2, 8, 4);
         add_columns(2, 4, 8);
