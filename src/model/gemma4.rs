@@ -1003,9 +1003,9 @@ impl DecoderLayer {
     }
 
     /// Everything after attention: post-norm and residual, MLP (+ MoE), PLE, layer_scalar.
-    /// Returns the layer's output and, given the next layer's input norm, that norm's output —
-    /// fused with the layer's last residual add where one kernel does both
-    /// (`dual_rms_norm_plus_res`, `moe_output`: one launch instead of three).
+    /// Returns the layer's output and, given the next layer, its input norm's output with the
+    /// projection to run on it — fused with the layer's last residual add where one kernel does
+    /// both (`dual_rms_norm_plus_res`, `moe_output`: one launch instead of three).
     fn feed_forward<'n>(
         &self,
         x: &Tensor,
