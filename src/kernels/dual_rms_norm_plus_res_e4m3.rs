@@ -55,8 +55,7 @@ fn native_fwd(
     let (rows, lanes) = (x.elem_count() / cols.max(1), warp_lanes(x.device()));
     let launch_of = per_row_few(rows, cols, lanes).or_else(|| per_row_plain(rows, cols, lanes));
     let (Some(row_launch), true) = (launch_of, rows > 0) else {
-        let (residual, y) = dual::composed(residual, x, norms, eps)?;
-        return Ok((residual, round_rows_e4m3::composed(&y)?));
+        return dual_rms_norm_plus_res_e4m3_on(Arm::Composed, residual, x, norms, eps);
     };
     dual::launch_rows(
         &row_launch,
