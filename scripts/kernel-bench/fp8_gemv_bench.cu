@@ -23,6 +23,20 @@ __global__ void fp8_gemv_columns(const bf* x, const uint8_t* w, const float* sca
     gemv_columns<bf, E4m3Weights, C, BATCH>(x, w, scale, y, n, k, parts);
 }
 
+// linear_gelu_mul's FP8 one-row launch before stop 49: gemv_gelu_mul at a batch of 8, one
+// output's gate and up warps in a block.
+__global__ void fp8_gelu_mul_pairs(const bf* x, const uint8_t* w, const float* scale, const bf* up, bf* y, int d, int k,
+                                   int warps_per_col) {
+    gemv_gelu_mul<bf, E4m3Weights, 1>(x, w, scale, up, y, 1, d, k, warps_per_col);
+}
+
+// The same with C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul).
+template <int C, int BATCH>
+__global__ void fp8_gelu_mul_columns(const bf* x, const uint8_t* w, const float* scale, const bf* up, bf* y, int d,
+                                     int k, int parts) {
+    gemv_columns_gelu_mul<bf, E4m3Weights, C, BATCH>(x, w, scale, up, y, d, k, parts);
+}
+
 template <int BATCH>
 __global__ void fp8_gemv_tensor_cores(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k) {
     g4_gemv_fp8_mma<1, BATCH>(x, w, scale, y, 1, n, k);
@@ -43,6 +57,99 @@ __global__ void fill_e4m3(uint8_t* w, size_t count) {
         uint8_t b = (uint8_t)h;
         if ((b & 0x7f) == 0x7f) b ^= 1;
         w[i] = b;
+    }
+}
+
+// The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's FP8 one-row launch) beside the
+// same with C weight rows per warp group, at E4B's and 31B's gate/up (W packed [gate ‖ up]) and
+// E4B's PLE gate (up given: x's first d values), checked against the f64 GeGLU of the exact
+// products.
+static void gelu_pairs(Bench& bench, const uint8_t* pool, size_t pool_bytes, const bf* x,
+                       const std::vector<uint16_t>& x_host, const float* scale, const std::vector<float>& scale_host,
+                       bf* y) {
+    struct GeluShape {
+        const char* name;
+        int n, k;
+        bool packed;
+    };
+    const GeluShape shapes[] = {
+        {"e4b.gate_up", 20480, 2560, true}, {"e4b.ple_gate", 256, 2560, false}, {"31b.gate_up", 43008, 5376, true}};
+    printf("\ngate/up with the GeGLU epilogue, one row: µs per launch (GB/s) [relative RMS error, largest error / "
+           "output RMS]\n");
+    auto gelu = [](double g) { return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))); };
+    for (const GeluShape& sh : shapes) {
+        const size_t bytes = (size_t)sh.n * sh.k;
+        const int copies = (int)std::min<size_t>(64, pool_bytes / bytes), d = sh.packed ? sh.n / 2 : sh.n;
+        const bf* up = sh.packed ? nullptr : x;
+        std::vector<uint8_t> w_host(bytes);
+        CHECK(cudaMemcpy(w_host.data(), pool, bytes, cudaMemcpyDeviceToHost));
+        auto product = [&](int row) {
+            double sum = 0;
+            for (int i = 0; i < sh.k; ++i)
+                sum += (double)bf16_bits_to_float(x_host[i]) * e4m3_value(w_host[(size_t)row * sh.k + i]);
+            return sum * scale_host[row];
+        };
+        std::vector<double> want(d);
+        double want2 = 0;
+        for (int o = 0; o < d; ++o) {
+            const double u = sh.packed ? product(o + d) : bf16_bits_to_float(x_host[o]);
+            want[o] = gelu(product(o)) * u;
+            want2 += want[o] * want[o];
+        }
+        const double rms = sqrt(want2 / d);
+        printf("%-13s %8.2f |", sh.name, bytes / 1e6);
+        std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> variants;
+        {
+            const int per_col = gemv_geometry(sh.n, sh.k / 16, 8, 4).second;
+            const int per_out = per_col * (sh.packed ? 2 : 1), warps = std::max(4, per_out),
+                      blocks = (d + warps / per_out - 1) / (warps / per_out);
+            variants.push_back({"g4_pairs", [=, &bench](const uint8_t* w) {
+                                    fp8_gelu_mul_pairs<<<blocks, warps * 32, 0, bench.stream>>>(x, w, scale, up, y, d,
+                                                                                                sh.k, per_col);
+                                }});
+        }
+        variants.push_back({"read", [&, bytes](const uint8_t* w) { bench.read(w, bytes); }});
+        auto add_columns = [&](int columns, int loads, int warps_per_block) {
+            const int outs = sh.packed ? columns / 2 : columns, groups = (d + outs - 1) / outs;
+            const std::pair<int, int> g = gemv_geometry(groups, sh.k / 16, loads, warps_per_block);
+            variants.push_back(
+                {"cols" + std::to_string(columns) + "_b" + std::to_string(loads) + "_w" + std::to_string(warps_per_block),
+                 [=, &bench](const uint8_t* w) {
+                     auto kernel = columns == 2   ? fp8_gelu_mul_columns<2, 4>
+                                   : columns == 8 ? fp8_gelu_mul_columns<8, 2>
+                                   : loads == 4   ? fp8_gelu_mul_columns<4, 4>
+                                                  : fp8_gelu_mul_columns<4, 2>;
+                     kernel<<<g.first, warps_per_block * 32, 0, bench.stream>>>(x, w, scale, up, y, d, sh.k, g.second);
+                 }});
+        };
+        add_columns(4, 2, 4);
+        add_columns(4, 4, 4);
+        add_columns(4, 2, 8);
+        add_columns(2, 4, 4);
+        add_columns(8, 2, 4);
+        for (const auto& variant : variants) {
+            const std::string& name = variant.first;
+            const auto& launch = variant.second;
+            CHECK(cudaMemset(y, 0xff, d * 2));
+            launch(pool);
+            bench.sync();
+            const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * bytes); });
+            printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
+            if (name != "read") {
+                launch(pool);
+                bench.sync();
+                const std::vector<uint16_t> got = bench.download(y, d);
+                double err2 = 0, worst = 0;
+                for (int o = 0; o < d; ++o) {
+                    const double e = bf16_bits_to_float(got[o]) - want[o];
+                    err2 += e * e;
+                    worst = std::max(worst, fabs(e));
+                }
+                printf(" [%.1e %.1e]", sqrt(err2 / want2), worst / rms);
+            }
+            printf(";");
+        }
+        printf("\n");
     }
 }
 
@@ -198,5 +305,6 @@ int main() {
         }
         printf("\n");
     }
+    gelu_pairs(bench, pool, pool_bytes, x, x_host, scale, scale_host, y);
     return 0;
 }

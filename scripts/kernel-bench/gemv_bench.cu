@@ -69,6 +69,13 @@ __global__ void gelu_mul_packed(const bf* x, const bf* w, bf* y, int d, int k, i
     gemv_gelu_mul<bf, DenseWeights<bf>, 1, BATCH>(x, w, nullptr, nullptr, y, 1, d, k, warps_per_col);
 }
 
+// C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul, the FP8 one-row launch since
+// stop 49): a group's first C/2 rows are gate rows, the rest their up rows.
+template <int C, int BATCH>
+__global__ void gelu_mul_columns(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
+    gemv_columns_gelu_mul<bf, DenseWeights<bf>, C, BATCH>(x, w, nullptr, nullptr, y, d, k, warps_per_col);
+}
+
 // The same at a batch of 8 with 5 blocks of 8 warps asked of a multiprocessor (at 56 registers 4
 // fit: 32 warps in flight where the plain GEMV's 4-warp blocks keep 36).
 __global__ void __launch_bounds__(256, 5) gelu_mul_packed_bounded(const bf* x, const bf* w, bf* y, int d, int k,
@@ -99,7 +106,9 @@ __global__ void gelu_mul_interleaved(const bf* x, const bf* w, bf* y, int d, int
 // plain GEMV of the same bytes (g4's geometry for 2d columns).
 static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y) {
     const Shape shapes[] = {{"e4b.gate_up", 20480, 2560}, {"31b.gate_up", 43008, 5376}};
-    printf("\ngate/up with the GeGLU epilogue, one row: us per launch (GB/s)\n");
+    printf("\ngate/up with the GeGLU epilogue, one row: us per launch (GB/s) [the column candidates' max rel. "
+           "difference from packed]\n");
+    std::vector<uint16_t> packed_out;
     for (const Shape& sh : shapes) {
         const size_t bytes = (size_t)sh.n * sh.k * 2;
         const int copies = (int)std::min<size_t>(64, pool_bytes / bytes), d = sh.n / 2;
@@ -109,7 +118,14 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
             launch(pool);
             bench.sync();
             const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * sh.n * sh.k); });
-            printf(" %s %.2f (%.0f);", name, us, bytes / (us * 1e3));
+            printf(" %s %.2f (%.0f)", name, us, bytes / (us * 1e3));
+            // The graph's last launch read the last copy: the first copy's outputs again.
+            launch(pool);
+            bench.sync();
+            if (std::string(name) == "packed") packed_out = bench.download(y, d);
+            if (std::string(name).rfind("cols", 0) == 0)
+                printf(" [%.0e]", max_relative_difference(packed_out, bench.download(y, d)));
+            printf(";");
         };
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         time("packed", [&](const bf* w) {
@@ -124,6 +140,14 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         time("packed_batch6", [&](const bf* w) {
             gelu_mul_packed<6><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
         });
+        auto columns = [&](const char* name, int c, int loads, auto kernel) {
+            const std::pair<int, int> g = gemv_geometry(d / (c / 2), sh.k / 8, loads, 4);
+            time(name, [&](const bf* w) { kernel<<<g.first, 128, 0, bench.stream>>>(x, w, y, d, sh.k, g.second); });
+        };
+        columns("cols2_b4", 2, 4, gelu_mul_columns<2, 4>);
+        columns("cols2_b8", 2, 8, gelu_mul_columns<2, 8>);
+        columns("cols4_b2", 4, 2, gelu_mul_columns<4, 2>);
+        columns("cols4_b4", 4, 4, gelu_mul_columns<4, 4>);
         time("plain_gemv", [&](const bf* w) {
             gemv_one_row<8><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
         });

@@ -129,20 +129,40 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Up::Given(up) => Some(up.contiguous()?),
     };
     let (vectors, lanes) = (k / per_vector, warp_lanes(x.device()));
-    let (kernel, gemv) = match scale {
-        None => ("linear_gelu_mul", linear::dense_gemv(m, n, vectors, lanes)),
-        Some(_) => (
-            "fp8_gelu_mul",
-            linear::DenseGemv {
-                entry: if m == 1 { "_one_row" } else { "" },
+    let (kernel, (grid, warps_per_col)) = match scale {
+        None => {
+            let gemv = linear::dense_gemv(m, n, vectors, lanes);
+            let kernel = format!("linear_gelu_mul{}", gemv.entry);
+            (
+                kernel,
+                pairs_geometry(n, d, vectors, lanes, gemv, up.is_none()),
+            )
+        }
+        // One row (every decode step): `matmul_bt_fp8_channel`'s one-row GEMV, whose warp groups
+        // each take that many weight rows: with W packed, half of them gate rows and half the
+        // matching up rows, so the group holds whole outputs.
+        Some(_) if m == 1 => {
+            let columns = matmul_bt_fp8_channel::ONE_ROW_COLUMNS;
+            let outs_per_group = if up.is_none() { columns / 2 } else { columns };
+            let geometry = linear::gemv_geometry(
+                d.div_ceil(outs_per_group),
+                vectors,
+                lanes,
+                matmul_bt_fp8_channel::ONE_ROW_LOADS_PER_COLUMN,
+                linear::WARPS_PER_BLOCK,
+            );
+            ("fp8_gelu_mul_one_row_cols4".to_string(), geometry)
+        }
+        Some(_) => {
+            let gemv = linear::DenseGemv {
+                entry: "",
                 loads_per_lane: linear::LOADS_PER_LANE,
                 warps_per_block: linear::WARPS_PER_BLOCK,
-            },
-        ),
+            };
+            let geometry = pairs_geometry(n, d, vectors, lanes, gemv, up.is_none());
+            ("fp8_gelu_mul".to_string(), geometry)
+        }
     };
-    let warps_per_col =
-        linear::gemv_warps_per_col(n, vectors, lanes, gemv.loads_per_lane, gemv.warps_per_block);
-    let grid = geometry(d, warps_per_col, gemv.warps_per_block, up.is_none(), lanes);
     let out = empty((m, d), x.dtype(), x.device())?;
     let scale = scale
         .map(|s| s.to_dtype(DType::F32)?.contiguous())
@@ -159,29 +179,31 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
     ]);
-    launch(
-        &kernel_name(&format!("{kernel}{}", gemv.entry), x.dtype())?,
-        x.device(),
-        grid,
-        &args,
-    )?;
+    launch(&kernel_name(&kernel, x.dtype())?, x.device(), grid, &args)?;
     *out_shape.last_mut().expect("rows_of appends N") = d;
     out.reshape(out_shape)
 }
 
-/// The launch for `d` outputs, each of one weight row (or two, `packed`: gate and up) reduced by
-/// `warps_per_col` warps: blocks of `linear`'s width for the shape, or wider where one output's
-/// warps need it.
-fn geometry(
+/// The launch for `d` outputs of `n` weight rows, each output of one weight row (or two,
+/// `packed`: gate and up) reduced by `linear`'s warps per column for the shape: blocks of
+/// `linear`'s width, or wider where one output's warps need it. Returns the grid and the warps per
+/// column.
+fn pairs_geometry(
+    n: usize,
     d: usize,
-    warps_per_col: usize,
-    warps_per_block: usize,
-    packed: bool,
+    vectors: usize,
     lanes: usize,
-) -> Grid {
+    gemv: linear::DenseGemv,
+    packed: bool,
+) -> (Grid, usize) {
+    let warps_per_col =
+        linear::gemv_warps_per_col(n, vectors, lanes, gemv.loads_per_lane, gemv.warps_per_block);
     let warps_per_out = warps_per_col * if packed { 2 } else { 1 };
-    let warps = warps_per_block.max(warps_per_out);
-    Grid::of_warps(d.div_ceil(warps / warps_per_out), warps, lanes)
+    let warps = gemv.warps_per_block.max(warps_per_out);
+    (
+        Grid::of_warps(d.div_ceil(warps / warps_per_out), warps, lanes),
+        warps_per_col,
+    )
 }
 
 /// `gelu_tanh(x·W_gateᵀ) ⊙ up` over `m` rows, W's rows already dequantised: `[gate ‖ up]` when
@@ -257,7 +279,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "one row, e4m3 weights (K a multiple of 16)",
-        path: "fused GEMV decoding e4m3 in registers, one-row entry point",
+        path: "fused GEMV decoding e4m3 in registers, `matmul_bt_fp8_channel`'s four weight rows per warp group (two outputs' gate and up rows, or four gate rows)",
         case: "M1 D256 K2560 given e4m3",
     },
     ShapePath {
@@ -278,9 +300,10 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    // (rows, outputs, K, packed, e4m3): tiny and odd shapes on every path, the per-layer-input
-    // gate of E4B (256 × 2560, up given) in both weight formats, 26B-A4B's shared gate/up (the
-    // narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
+    // (rows, outputs, K, packed, e4m3): tiny and odd shapes on every path (the e4m3 one-row
+    // GEMV's outputs come in groups of 2 packed and 4 given: 5 and 7 leave a partial group), the
+    // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
+    // gate/up in e4m3, 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
     // outgrow the L2 cache.
     let shapes = [
         (1, 5, 64, true, false),
@@ -291,8 +314,11 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 40, 256, true, true),
         (5, 33, 512, false, true),
         (24, 16, 96, false, true),
+        (1, 5, 64, true, true),
+        (1, 7, 272, false, true),
         (1, 256, 2560, false, true),
         (1, 256, 2560, false, false),
+        (1, 10240, 2560, true, true),
         (1, 2112, 2816, true, false),
         (1, 10240, 2560, true, false),
     ];
@@ -371,14 +397,8 @@ mod tests {
                     let n = if packed { 2 * d } else { d };
                     for m in [1, 2] {
                         let gemv = linear::dense_gemv(m, n, vectors, lanes);
-                        let warps_per_col = linear::gemv_warps_per_col(
-                            n,
-                            vectors,
-                            lanes,
-                            gemv.loads_per_lane,
-                            gemv.warps_per_block,
-                        );
-                        let grid = geometry(d, warps_per_col, gemv.warps_per_block, packed, lanes);
+                        let (grid, warps_per_col) =
+                            pairs_geometry(n, d, vectors, lanes, gemv, packed);
                         let per_out = warps_per_col * if packed { 2 } else { 1 };
                         let outs_per_block = grid.warps(lanes) / per_out;
                         assert!(outs_per_block >= 1, "d {d} lanes {lanes} packed {packed}");

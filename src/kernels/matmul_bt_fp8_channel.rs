@@ -38,11 +38,12 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
 /// rows, and cuBLAS on a dequantised copy wins.
 pub const GEMV_MAX_ROWS: usize = 8;
 /// e4m3 weights per 16-byte load of the GEMV.
-const WEIGHTS_PER_VECTOR: usize = 16;
-/// The one-row GEMV's weight rows per warp and loads of each a lane keeps in flight
-/// (`G4_FP8_GEMV_COLUMNS`, `G4_FP8_GEMV_COLUMNS_BATCH` in fp8.cu).
-const ONE_ROW_COLUMNS: usize = 4;
-const ONE_ROW_LOADS_PER_COLUMN: usize = 2;
+pub(super) const WEIGHTS_PER_VECTOR: usize = 16;
+/// The one-row GEMV's weight rows per warp group and loads of each a lane keeps in flight
+/// (`G4_FP8_GEMV_COLUMNS`, `G4_FP8_GEMV_COLUMNS_BATCH` in gemv.cuh); `linear_gelu_mul`'s FP8
+/// one-row launch shares them.
+pub(super) const ONE_ROW_COLUMNS: usize = 4;
+pub(super) const ONE_ROW_LOADS_PER_COLUMN: usize = 2;
 
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
 /// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of

@@ -70,8 +70,6 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
 // One entry point for up to G4_GEMV_MAX_ROWS, and decode's single row's `_one_row_cols4`
 // (gemv.cuh's gemv_columns: 4 weight rows per warp group, 2 loads of each in flight), which
 // fp8_gemv_bench measured faster on every E4B and 31B shape but q/k/v (4.97 against 4.92 µs).
-#define G4_FP8_GEMV_COLUMNS 4
-#define G4_FP8_GEMV_COLUMNS_BATCH 2
 #define G4_FP8_MATMUL(NAME, T)                                                                                           \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,              \
                                                                               const float* scale, T* y, int m, int n,    \

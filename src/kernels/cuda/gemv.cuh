@@ -143,19 +143,21 @@ __device__ void gemv(const T* x, const typename W::Stored* w, const float* scale
     }
 }
 
-// One row of X (a decode step) against C adjacent weight rows per group of `warps_per_col` warps
-// (which split K as gemv's do): one X load serves C rows, a lane has C · BATCH weight loads in
-// flight, and the prologue and reduction are paid once per C rows. For e4m3 weights, whose 16
-// per load meet X in two loads, this took E4B's down GEMV from 11.8 to 9.1 µs and 31B's gate/up
-// from 72.2 to 59.2 (C = 4, BATCH = 2; scripts/kernel-bench/fp8_gemv_bench, H200, stop 48).
+// One row of X (a decode step) against C weight rows per group of `warps_per_col` warps (which
+// split K as gemv's do): one X load serves C rows, a lane has C · BATCH weight loads in flight,
+// and the prologue and reduction are paid once per C rows. For e4m3 weights, whose 16 per load
+// meet X in two loads, this took E4B's down GEMV from 11.8 to 9.1 µs and 31B's gate/up from 72.2
+// to 59.2 (C = 4, BATCH = 2; scripts/kernel-bench/fp8_gemv_bench, H200, stop 48).
+//
+// gemv_column_partials is that reduction up to one partial sum per (warp, slot) in shared memory,
+// slot c of the group being weight row rows[c] (−1: none); gemv_columns and gemv_columns_gelu_mul
+// differ only in which rows the slots take and in how the partials become outputs. A row's sums
+// depend on warps_per_col alone, not on the slot it sits in.
 template <typename T, typename W, int C, int BATCH>
-__device__ void gemv_columns(const T* x, const typename W::Stored* w, const float* scale, T* y, int n, int k,
-                             int warps_per_col) {
+__device__ void gemv_column_partials(const T* x, const typename W::Stored* w, const int (&rows)[C], int part,
+                                     int warps_per_col, int k, float (*partial)[C]) {
     const int warp_size = warpSize;
     const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
-    const int groups_per_block = blockDim.x / warp_size / warps_per_col;
-    const int first = (blockIdx.x * groups_per_block + warp / warps_per_col) * C;
-    const int part = warp % warps_per_col;
     const int vectors = k / W::per_vector, step = warp_size * warps_per_col;
     float sum[C];
 #pragma unroll
@@ -165,11 +167,11 @@ __device__ void gemv_columns(const T* x, const typename W::Stored* w, const floa
         uint4 batch[C][BATCH];
 #pragma unroll
         for (int c = 0; c < C; ++c) {
-            const uint4* w_row = reinterpret_cast<const uint4*>(w + (size_t)(first + c) * k);
+            const uint4* w_row = reinterpret_cast<const uint4*>(w + (size_t)max(rows[c], 0) * k);
 #pragma unroll
             for (int u = 0; u < BATCH; ++u) {
                 const int i = base + u * step;
-                batch[c][u] = i < vectors && first + c < n ? w_row[i] : make_uint4(0, 0, 0, 0);
+                batch[c][u] = i < vectors && rows[c] >= 0 ? w_row[i] : make_uint4(0, 0, 0, 0);
             }
         }
         if (!waited) {
@@ -192,7 +194,6 @@ __device__ void gemv_columns(const T* x, const typename W::Stored* w, const floa
         }
     }
     if (!waited) G4_WAIT_FOR_INPUTS();
-    __shared__ float partial[G4_GEMV_MAX_WARPS][C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
         float s = sum[c];
@@ -200,9 +201,27 @@ __device__ void gemv_columns(const T* x, const typename W::Stored* w, const floa
         if (lane == 0) partial[warp][c] = s;
     }
     __syncthreads();
-    if (part == 0 && lane < C && first + lane < n) {
-        float total = 0.0f;
-        for (int p = 0; p < warps_per_col; ++p) total += partial[warp + p][lane];
+}
+
+// The FP8 one-row GEMVs' C and BATCH (matmul_bt_fp8_channel's and linear_gelu_mul's `_one_row_cols4`).
+#define G4_FP8_GEMV_COLUMNS 4
+#define G4_FP8_GEMV_COLUMNS_BATCH 2
+
+// Y[n] = row_scale(n) · W[n]·x: group g's slots are rows gC .. gC + C − 1.
+template <typename T, typename W, int C, int BATCH>
+__device__ void gemv_columns(const T* x, const typename W::Stored* w, const float* scale, T* y, int n, int k,
+                             int warps_per_col) {
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int groups_per_block = blockDim.x / warp_size / warps_per_col;
+    const int first = (blockIdx.x * groups_per_block + warp / warps_per_col) * C;
+    int rows[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) rows[c] = first + c < n ? first + c : -1;
+    __shared__ float partial[G4_GEMV_MAX_WARPS][C];
+    gemv_column_partials<T, W, C, BATCH>(x, w, rows, warp % warps_per_col, warps_per_col, k, partial);
+    if (warp % warps_per_col == 0 && lane < C && first + lane < n) {
+        const float total = gemv_total<C>(partial, warp, warps_per_col, lane);
         y[first + lane] = g4_from_f32<T>(total * W::row_scale(scale, first + lane));
     }
 }
@@ -232,5 +251,38 @@ __device__ void gemv_gelu_mul(const T* x, const typename W::Stored* w, const flo
                            : g4_round<T>(gemv_total<MAX_ROWS>(partial, warp + warps_per_col, warps_per_col, lane) *
                                          W::row_scale(scale, out + d));
         y[(size_t)lane * d + out] = g4_from_f32<T>(g4_round<T>(g4_gelu_tanh(gate)) * u);
+    }
+}
+
+// gemv_gelu_mul for one row of X with gemv_columns' C weight rows per warp group. With W packed,
+// group g computes outputs g·C/2 .. g·C/2 + C/2 − 1: its first C/2 slots are their gate rows and
+// the rest their up rows (d further on), so an output's two sums end in one block with no other
+// group's help. With `up` given, all C slots are gate rows of C outputs. The epilogue rounds as
+// gemv_gelu_mul's does.
+template <typename T, typename W, int C, int BATCH>
+__device__ void gemv_columns_gelu_mul(const T* x, const typename W::Stored* w, const float* scale, const T* up,
+                                      T* y, int d, int k, int warps_per_col) {
+    static_assert(C % 2 == 0, "a packed group holds as many up rows as gate rows");
+    const int warp_size = warpSize;
+    const int lane = threadIdx.x % warp_size, warp = threadIdx.x / warp_size;
+    const int outs = up ? C : C / 2;
+    const int groups_per_block = blockDim.x / warp_size / warps_per_col;
+    const int first = (blockIdx.x * groups_per_block + warp / warps_per_col) * outs;
+    int rows[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const int out = first + c % outs;
+        rows[c] = out < d ? out + c / outs * d : -1;
+    }
+    __shared__ float partial[G4_GEMV_MAX_WARPS][C];
+    gemv_column_partials<T, W, C, BATCH>(x, w, rows, warp % warps_per_col, warps_per_col, k, partial);
+    const int out = first + lane;
+    if (warp % warps_per_col == 0 && lane < outs && out < d) {
+        const float gate =
+            g4_round<T>(gemv_total<C>(partial, warp, warps_per_col, lane) * W::row_scale(scale, out));
+        const float u = up ? g4_to_f32(up[out])
+                           : g4_round<T>(gemv_total<C>(partial, warp, warps_per_col, lane + outs) *
+                                         W::row_scale(scale, out + d));
+        y[out] = g4_from_f32<T>(g4_round<T>(g4_gelu_tanh(gate)) * u);
     }
 }

@@ -45,5 +45,11 @@
                                                                              int d, int k, int warps_per_col) {            \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
         gemv_gelu_mul<T, E4m3Weights, 1>(x, w, scale, up, y, m, d, k, warps_per_col);                                      \
+    }                                                                                                                      \
+    extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_one_row_cols4_##NAME(                                        \
+        const T* x, const uint8_t* w, const float* scale, const T* up, T* y, int m, int d, int k, int warps_per_col) {     \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
+        gemv_columns_gelu_mul<T, E4m3Weights, G4_FP8_GEMV_COLUMNS, G4_FP8_GEMV_COLUMNS_BATCH>(x, w, scale, up, y, d, k,    \
+                                                                                             warps_per_col);               \
     }
 G4_FOR_FLOAT_TYPES(G4_LINEAR_GELU_MUL)
