@@ -16,8 +16,8 @@ __global__ void fp8_gemv_cuda_cores(const bf* x, const uint8_t* w, const float* 
     gemv<bf, E4m3Weights, 1, BATCH>(x, w, scale, y, 1, n, k, warps_per_col);
 }
 
-// C weight rows per warp group (gemv.cuh's gemv_columns; g4's one-row FP8 GEMV since stop 48
-// at C = 4, BATCH = 2).
+// C weight rows per warp group (gemv.cuh's gemv_columns; g4's one-row FP8 GEMV since stop 48,
+// at C = 2, BATCH = 4 or C = 4, BATCH = 2 by K since stop 49).
 template <int C, int BATCH>
 __global__ void fp8_gemv_columns(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k, int parts) {
     gemv_columns<bf, E4m3Weights, C, BATCH>(x, w, scale, y, n, k, parts);
@@ -30,7 +30,8 @@ __global__ void fp8_gelu_mul_pairs(const bf* x, const uint8_t* w, const float* s
     gemv_gelu_mul<bf, E4m3Weights, 1>(x, w, scale, up, y, 1, d, k, warps_per_col);
 }
 
-// The same with C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul).
+// The same with C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul; g4's since stop
+// 49, C and BATCH as for the plain GEMV).
 template <int C, int BATCH>
 __global__ void fp8_gelu_mul_columns(const bf* x, const uint8_t* w, const float* scale, const bf* up, bf* y, int d,
                                      int k, int parts) {
@@ -274,7 +275,8 @@ int main() {
                                                                                   g.second);
                                 }});
         };
-        // g4's since stop 48: 4 rows, 2 loads of each per lane, 4 warps per block.
+        // g4's since stop 49 (matmul_bt_fp8_channel::one_row_gemv): 2 rows with 4 loads of each
+        // per lane below K 4,096, 4 rows with 2 loads from there; 4 warps per block.
         add_columns(2, 4, 4);
         add_columns(2, 8, 4);
         add_columns(2, 4, 8);

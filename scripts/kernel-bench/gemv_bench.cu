@@ -70,7 +70,7 @@ __global__ void gelu_mul_packed(const bf* x, const bf* w, bf* y, int d, int k, i
 }
 
 // C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul, the FP8 one-row launch since
-// stop 49): a group's first C/2 rows are gate rows, the rest their up rows.
+// stop 49, here over bf16): a group's first C/2 rows are gate rows, the rest their up rows.
 template <int C, int BATCH>
 __global__ void gelu_mul_columns(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
     gemv_columns_gelu_mul<bf, DenseWeights<bf>, C, BATCH>(x, w, nullptr, nullptr, y, d, k, warps_per_col);

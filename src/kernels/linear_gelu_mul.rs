@@ -139,19 +139,23 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
             )
         }
         // One row (every decode step): `matmul_bt_fp8_channel`'s one-row GEMV, whose warp groups
-        // each take that many weight rows: with W packed, half of them gate rows and half the
-        // matching up rows, so the group holds whole outputs.
+        // each take a few weight rows: with W packed, half of them gate rows and half the
+        // matching up rows, so that a group holds whole outputs.
         Some(_) if m == 1 => {
-            let columns = matmul_bt_fp8_channel::ONE_ROW_COLUMNS;
-            let outs_per_group = if up.is_none() { columns / 2 } else { columns };
+            let one_row = matmul_bt_fp8_channel::one_row_gemv(k);
+            let outs_per_group = if up.is_none() {
+                one_row.columns / 2
+            } else {
+                one_row.columns
+            };
             let geometry = linear::gemv_geometry(
                 d.div_ceil(outs_per_group),
                 vectors,
                 lanes,
-                matmul_bt_fp8_channel::ONE_ROW_LOADS_PER_COLUMN,
+                one_row.loads_per_column,
                 linear::WARPS_PER_BLOCK,
             );
-            ("fp8_gelu_mul_one_row_cols4".to_string(), geometry)
+            (format!("fp8_gelu_mul{}", one_row.entry), geometry)
         }
         Some(_) => {
             let gemv = linear::DenseGemv {
@@ -278,9 +282,14 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M1 D10240 K2560 packed dense",
     },
     ShapePath {
-        shapes: "one row, e4m3 weights (K a multiple of 16)",
-        path: "fused GEMV decoding e4m3 in registers, `matmul_bt_fp8_channel`'s four weight rows per warp group (two outputs' gate and up rows, or four gate rows)",
+        shapes: "one row, e4m3 weights, K a multiple of 16 below 4,096",
+        path: "fused GEMV decoding e4m3 in registers, 2 weight rows per warp group (an output's gate and up rows, or two gate rows)",
         case: "M1 D256 K2560 given e4m3",
+    },
+    ShapePath {
+        shapes: "one row, e4m3 weights, K a multiple of 16 from 4,096",
+        path: "fused GEMV decoding e4m3 in registers, 4 weight rows per warp group (two outputs' gate and up rows, or four gate rows)",
+        case: "M1 D7 K4112 packed e4m3",
     },
     ShapePath {
         shapes: "2 to 8 rows, K a whole number of 16-byte vectors",
@@ -301,7 +310,8 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // (rows, outputs, K, packed, e4m3): tiny and odd shapes on every path (the e4m3 one-row
-    // GEMV's outputs come in groups of 2 packed and 4 given: 5 and 7 leave a partial group), the
+    // GEMV's warp groups take 2 weight rows below K 4,096 and 4 from there, so 1 or 2 outputs
+    // packed and 2 or 4 given: 7 and 9 leave a partial group), the
     // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
     // gate/up in e4m3, 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
     // outgrow the L2 cache.
@@ -316,6 +326,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (24, 16, 96, false, true),
         (1, 5, 64, true, true),
         (1, 7, 272, false, true),
+        (1, 7, 4112, true, true),
+        (1, 9, 4112, false, true),
         (1, 256, 2560, false, true),
         (1, 256, 2560, false, false),
         (1, 10240, 2560, true, true),

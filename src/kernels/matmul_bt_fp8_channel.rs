@@ -38,12 +38,37 @@ pub fn composed(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
 /// rows, and cuBLAS on a dequantised copy wins.
 pub const GEMV_MAX_ROWS: usize = 8;
 /// e4m3 weights per 16-byte load of the GEMV.
-pub(super) const WEIGHTS_PER_VECTOR: usize = 16;
-/// The one-row GEMV's weight rows per warp group and loads of each a lane keeps in flight
-/// (`G4_FP8_GEMV_COLUMNS`, `G4_FP8_GEMV_COLUMNS_BATCH` in gemv.cuh); `linear_gelu_mul`'s FP8
-/// one-row launch shares them.
-pub(super) const ONE_ROW_COLUMNS: usize = 4;
-pub(super) const ONE_ROW_LOADS_PER_COLUMN: usize = 2;
+const WEIGHTS_PER_VECTOR: usize = 16;
+/// Decode's single-row GEMV over e4m3 weights (`gemv_columns` in gemv.cuh; `linear_gelu_mul`'s
+/// FP8 one-row launch has the same two): the entry point's suffix, the weight rows each warp
+/// group takes, and the loads of each row a lane keeps in flight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct OneRowGemv {
+    pub entry: &'static str,
+    pub columns: usize,
+    pub loads_per_column: usize,
+}
+
+/// K from which the one-row GEMV takes four weight rows per group rather than two. fp8_gemv_bench
+/// (µs, two rows against four): H100 E4B q/k/v (K 2,560) 5.55 / 5.64, gate/up 21.97 / 23.84, down
+/// (K 10,240) 13.45 / 11.46; H200 31B q/k/v (K 5,376) 28.42 / 25.14, gate/up 67.27 / 59.22.
+const ONE_ROW_FOUR_COLUMNS_MIN_K: usize = 4096;
+
+pub(super) fn one_row_gemv(k: usize) -> OneRowGemv {
+    if k >= ONE_ROW_FOUR_COLUMNS_MIN_K {
+        OneRowGemv {
+            entry: "_one_row_cols4",
+            columns: 4,
+            loads_per_column: 2,
+        }
+    } else {
+        OneRowGemv {
+            entry: "_one_row_cols2",
+            columns: 2,
+            loads_per_column: 4,
+        }
+    }
+}
 
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
 /// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
@@ -65,17 +90,18 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     }
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let lanes = warp_lanes(x.device());
-    // One row (every decode step) has its own entry point, whose warps each take
-    // `ONE_ROW_COLUMNS` weight rows (`gemv_columns` in gemv.cuh); more rows take `linear`'s.
+    // One row (every decode step) has its own entry points, whose warp groups each take a few
+    // weight rows (`gemv_columns` in gemv.cuh); more rows take `linear`'s GEMV.
     let (kernel, (grid, warps_per_col)) = if m == 1 {
+        let one_row = one_row_gemv(k);
         let geometry = linear::gemv_geometry(
-            n.div_ceil(ONE_ROW_COLUMNS),
+            n.div_ceil(one_row.columns),
             k / WEIGHTS_PER_VECTOR,
             lanes,
-            ONE_ROW_LOADS_PER_COLUMN,
+            one_row.loads_per_column,
             linear::WARPS_PER_BLOCK,
         );
-        ("matmul_bt_fp8_channel_one_row_cols4", geometry)
+        (format!("matmul_bt_fp8_channel{}", one_row.entry), geometry)
     } else {
         let geometry = linear::gemv_geometry(
             n,
@@ -84,7 +110,7 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
             linear::LOADS_PER_LANE,
             linear::WARPS_PER_BLOCK,
         );
-        ("matmul_bt_fp8_channel", geometry)
+        ("matmul_bt_fp8_channel".to_string(), geometry)
     };
     let y = empty((m, n), x.dtype(), x.device())?;
     let args = [
@@ -97,7 +123,7 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         Arg::I32(k as i32),
         Arg::I32(warps_per_col as i32),
     ];
-    launch(&kernel_name(kernel, x.dtype())?, x.device(), grid, &args)?;
+    launch(&kernel_name(&kernel, x.dtype())?, x.device(), grid, &args)?;
     y.reshape(out_shape)
 }
 
@@ -148,9 +174,14 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "one row (a decode step), K a multiple of 16",
+        shapes: "one row (a decode step), K a multiple of 16 below 4,096",
+        path: "native GEMV, 2 weight rows per warp group: e4m3 decoded in registers",
+        case: "M1 N131 K272",
+    },
+    ShapePath {
+        shapes: "one row (a decode step), K a multiple of 16 from 4,096",
         path: "native GEMV, 4 weight rows per warp group: e4m3 decoded in registers",
-        case: "M1 N130 K272",
+        case: "M1 N130 K4112",
     },
     ShapePath {
         shapes: "2 to 8 rows, K a multiple of 16",
@@ -170,12 +201,14 @@ const SHAPE_PATHS: &[ShapePath] = &[
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    // Decode rows (the GEMV: one row, several, column counts no warp group or block divides), a prefill
-    // block, K off the 16-weight vectors, and last (the one `--perf` times) a decode GEMV of
-    // E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2 cache.
+    // Decode rows (the GEMV: one row over a short and a long K, several rows, column counts no
+    // warp group or block divides), a prefill block, K off the 16-weight vectors, and last (the
+    // one `--perf` times) a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3
+    // outgrow the L2 cache.
     let shapes = [
         (1, 3, 32),
-        (1, 130, 272),
+        (1, 131, 272),
+        (1, 130, 4112),
         (3, 130, 272),
         (8, 64, 512),
         (24, 48, 96),

@@ -203,10 +203,6 @@ __device__ void gemv_column_partials(const T* x, const typename W::Stored* w, co
     __syncthreads();
 }
 
-// The FP8 one-row GEMVs' C and BATCH (matmul_bt_fp8_channel's and linear_gelu_mul's `_one_row_cols4`).
-#define G4_FP8_GEMV_COLUMNS 4
-#define G4_FP8_GEMV_COLUMNS_BATCH 2
-
 // Y[n] = row_scale(n) · W[n]·x: group g's slots are rows gC .. gC + C − 1.
 template <typename T, typename W, int C, int BATCH>
 __device__ void gemv_columns(const T* x, const typename W::Stored* w, const float* scale, T* y, int n, int k,
