@@ -38,6 +38,76 @@ __global__ void fp8_gelu_mul_columns(const bf* x, const uint8_t* w, const float*
     gemv_columns_gelu_mul<bf, E4m3Weights, C, BATCH>(x, w, scale, up, y, d, k, parts);
 }
 
+// A streaming candidate (stop 49): a grid of resident warps, each taking C whole weight rows at a
+// time (V vectors of each per lane: K = 512 · V) and loading its next C rows before it sums the
+// current ones, so that every lane keeps loads in flight from its first group to its last and no
+// block ends while others start (the column kernels above run as several waves of short blocks).
+// GELU: W packed [gate ‖ up] with d = n / 2 outputs; a group's first C/2 rows are gate rows and
+// the rest their up rows, and it writes gelu_tanh(gate) ⊙ up as gemv_gelu_mul rounds it.
+template <int C, int V, bool GELU>
+__global__ void fp8_gemv_stream(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k) {
+    const int lane = threadIdx.x % 32;
+    const int first = (blockIdx.x * blockDim.x + threadIdx.x) / 32, warps = gridDim.x * blockDim.x / 32;
+    const int outs = GELU ? C / 2 : C, d = GELU ? n / 2 : n;
+    const int groups = (d + outs - 1) / outs;
+    auto row_of = [&](int group, int c) {
+        const int out = group * outs + c % outs;
+        return out < d ? out + c / outs * d : -1;
+    };
+    uint4 current[C][V], next[C][V];
+    auto load = [&](int group, uint4 (&into)[C][V]) {
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            const int row = row_of(group, c);
+            const uint4* w_row = reinterpret_cast<const uint4*>(w + (size_t)max(row, 0) * k);
+#pragma unroll
+            for (int v = 0; v < V; ++v) into[c][v] = row >= 0 ? w_row[lane + 32 * v] : make_uint4(0, 0, 0, 0);
+        }
+    };
+    if (first < groups) load(first, current);
+    for (int group = first; group < groups; group += warps) {
+        if (group + warps < groups) load(group + warps, next);
+        float sum[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) sum[c] = 0.0f;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            float xf[16];
+            x_values<bf, E4m3Weights>(x, lane + 32 * v, xf);
+#pragma unroll
+            for (int c = 0; c < C; ++c) {
+                float wf[16];
+                E4m3Weights::decode(current[c][v], wf);
+#pragma unroll
+                for (int e = 0; e < 16; ++e) sum[c] += xf[e] * wf[e];
+            }
+        }
+        float total[C];
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            float s = sum[c];
+            for (int bits = 16; bits > 0; bits >>= 1) s += __shfl_xor_sync(0xffffffffu, s, bits);
+            const int row = row_of(group, c);
+            total[c] = row >= 0 ? s * E4m3Weights::row_scale(scale, row) : 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < outs; ++c) {
+            const int out = group * outs + c;
+            if (lane != c || out >= d) continue;
+            if (GELU) {
+                const float gate = g4_round<bf>(total[c]), u = g4_round<bf>(total[c + outs]);
+                y[out] = g4_from_f32<bf>(g4_round<bf>(g4_gelu_tanh(gate)) * u);
+            } else {
+                y[out] = g4_from_f32<bf>(total[c]);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int v = 0; v < V; ++v) current[c][v] = next[c][v];
+    }
+}
+
 template <int BATCH>
 __global__ void fp8_gemv_tensor_cores(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k) {
     g4_gemv_fp8_mma<1, BATCH>(x, w, scale, y, 1, n, k);
@@ -128,6 +198,21 @@ static void gelu_pairs(Bench& bench, const uint8_t* pool, size_t pool_bytes, con
         add_columns(4, 2, 8);
         add_columns(2, 4, 4);
         add_columns(8, 2, 4);
+        // The streaming candidate (packed, K = 2,560): 2 or 4 rows a group.
+        auto add_stream = [&](int columns, int blocks_per_sm) {
+            if (sh.k != 2560 || !sh.packed) return;
+            auto kernel = columns == 2 ? fp8_gemv_stream<2, 5, true> : fp8_gemv_stream<4, 5, true>;
+            int resident = 0;
+            CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, 128, 0));
+            const int blocks = bench.sms * std::min(resident, blocks_per_sm);
+            variants.push_back(
+                {"stream_c" + std::to_string(columns) + "_r" + std::to_string(std::min(resident, blocks_per_sm)),
+                 [=, &bench](const uint8_t* w) {
+                     kernel<<<blocks, 128, 0, bench.stream>>>(x, w, scale, y, sh.n, sh.k);
+                 }});
+        };
+        for (int columns : {2, 4})
+            for (int blocks_per_sm : {4, 8, 16}) add_stream(columns, blocks_per_sm);
         for (const auto& variant : variants) {
             const std::string& name = variant.first;
             const auto& launch = variant.second;
@@ -282,6 +367,25 @@ int main() {
         add_columns(2, 4, 8);
         add_columns(4, 2, 4);
         add_columns(4, 4, 4);
+        // The streaming candidate, for K = 2,560 (5 vectors a lane), at 1 to 4 resident blocks of
+        // 4 or 8 warps per multiprocessor.
+        auto add_stream = [&](int columns, int warps_per_block, int blocks_per_sm) {
+            if (sh.k != 2560) return;
+            auto kernel = columns == 1   ? fp8_gemv_stream<1, 5, false>
+                          : columns == 2 ? fp8_gemv_stream<2, 5, false>
+                                         : fp8_gemv_stream<4, 5, false>;
+            int resident = 0;
+            CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, warps_per_block * 32, 0));
+            const int blocks = bench.sms * std::min(resident, blocks_per_sm);
+            variants.push_back({"stream_c" + std::to_string(columns) + "_w" + std::to_string(warps_per_block) + "_r" +
+                                    std::to_string(std::min(resident, blocks_per_sm)),
+                                [=, &bench](const uint8_t* w) {
+                                    kernel<<<blocks, warps_per_block * 32, 0, bench.stream>>>(x, w, scale, y, sh.n, sh.k);
+                                }});
+        };
+        for (int columns : {1, 2, 4})
+            for (int blocks_per_sm : {4, 8, 16}) add_stream(columns, 4, blocks_per_sm);
+        add_stream(2, 8, 4);
         for (const auto& variant : variants) {
             const std::string& name = variant.first;
             const auto& launch = variant.second;
