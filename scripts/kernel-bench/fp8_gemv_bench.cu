@@ -42,6 +42,9 @@ __global__ void fp8_gelu_mul_columns(const bf* x, const uint8_t* w, const float*
 // time (V vectors of each per lane: K = 512 · V) and loading its next C rows before it sums the
 // current ones, so that every lane keeps loads in flight from its first group to its last and no
 // block ends while others start (the column kernels above run as several waves of short blocks).
+// Here it won (H100, µs: E4B gate/up GeGLU 21.46 against 23.86, q/k/v 5.30 against 5.54), but in
+// g4 (be06478, reverted) E4B FP8 decode fell from 269–277 to 259–262 tok/s, and under ncu its
+// launches in a decode step took longer than the column kernels' (GeGLU 1,333 µs against 1,222).
 // GELU: W packed [gate ‖ up] with d = n / 2 outputs; a group's first C/2 rows are gate rows and
 // the rest their up rows, and it writes gelu_tanh(gate) ⊙ up as gemv_gelu_mul rounds it.
 template <int C, int V, bool GELU>

@@ -67,12 +67,10 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
 // used was no faster; a one-row variant was, 180 → 209 tok/s; 16 loads per lane instead of 8
 // were slower, 232 → 207.)
 //
-// One entry point for up to G4_GEMV_MAX_ROWS, and three for decode's single row, chosen by the
-// host per K: `_one_row_stream` (gemv.cuh's gemv_stream, 2 weight rows a warp at a time, up to
-// G4_FP8_STREAM_VECTORS vectors a lane) where a lane's share of K is 4 or 5 vectors, and
-// elsewhere gemv_columns: `_one_row_cols2`, 2 weight rows per warp group with 4 loads of each in
-// flight, and `_one_row_cols4`, 4 rows with 2 loads each, which wins over a long K
-// (fp8_gemv_bench, µs, H100, stop 49: E4B q/k/v 5.55 against 5.64, gate/up 21.97 against 23.84;
+// One entry point for up to G4_GEMV_MAX_ROWS, and two for decode's single row (gemv.cuh's
+// gemv_columns, chosen by the host per K): `_one_row_cols2`, 2 weight rows per warp group with 4
+// loads of each in flight, and `_one_row_cols4`, 4 rows with 2 loads each, which wins over a long
+// K (fp8_gemv_bench, µs, H100, stop 49: E4B q/k/v 5.55 against 5.64, gate/up 21.97 against 23.84;
 // E4B down, K = 10,240, 13.45 against 11.46).
 #define G4_FP8_MATMUL(NAME, T)                                                                                           \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_##NAME(const T* x, const uint8_t* w,              \
@@ -80,11 +78,6 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
                                                                               int k, int warps_per_col) {                \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
         gemv<T, E4m3Weights, G4_GEMV_MAX_ROWS>(x, w, scale, y, m, n, k, warps_per_col);                                  \
-    }                                                                                                                    \
-    extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_stream_##NAME(                            \
-        const T* x, const uint8_t* w, const float* scale, T* y, int n, int k) {                                          \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
-        gemv_stream_plain<T, E4m3Weights, G4_FP8_STREAM_COLUMNS, G4_FP8_STREAM_VECTORS>(x, w, scale, y, n, k);           \
     }                                                                                                                    \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_cols2_##NAME(                             \
         const T* x, const uint8_t* w, const float* scale, T* y, int m, int n, int k, int warps_per_col) {                \

@@ -5,9 +5,9 @@
 
 // Per weight format: one entry point for up to G4_GEMV_MAX_ROWS rows and one or more for decode's
 // single row: dense weights `linear`'s (plain, narrow and long K, for the same shapes), e4m3
-// weights matmul_bt_fp8_channel's three (gemv_stream_gelu_mul, or gemv_columns_gelu_mul with 2
-// or 4 weight rows per warp group, picked per K as there; fp8_gemv_bench, H100, stop 49, µs:
-// E4B gate/up 25.50 with a group per output, 23.86 with 2 rows, 27.14 with 4, 21.46 streamed).
+// weights matmul_bt_fp8_channel's two (gemv_columns_gelu_mul with 2 or 4 weight rows per warp
+// group, picked per K as there; fp8_gemv_bench, H100, stop 49, µs: E4B gate/up 25.50 with a
+// group per output, 23.86 with 2 rows, 27.14 with 4).
 // Dense single-row blocks hold an output's gate and up warps (8 warps at E4B's and 31B's widths),
 // and at a batch of 8 loads (56 registers) only 4 such blocks fit a multiprocessor: 32 warps in
 // flight where linear's 4-warp blocks keep 36. A batch of 6 (48 registers, 5 blocks) is all a
@@ -41,16 +41,6 @@
                                                                      int warps_per_col) {                                  \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
         gemv_gelu_mul<T, E4m3Weights, G4_GEMV_MAX_ROWS>(x, w, scale, up, y, m, d, k, warps_per_col);                       \
-    }                                                                                                                      \
-    extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_one_row_stream_##NAME(                                       \
-        const T* x, const uint8_t* w, const float* scale, const T* up, T* y, int d, int k) {                               \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
-        if (up)                                                                                                            \
-            gemv_stream_gelu_mul<T, E4m3Weights, G4_FP8_STREAM_COLUMNS, G4_FP8_STREAM_VECTORS, false>(x, w, scale, up, y,  \
-                                                                                                      d, k);               \
-        else                                                                                                               \
-            gemv_stream_gelu_mul<T, E4m3Weights, G4_FP8_STREAM_COLUMNS, G4_FP8_STREAM_VECTORS, true>(x, w, scale, up, y,   \
-                                                                                                     d, k);                \
     }                                                                                                                      \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_one_row_cols2_##NAME(                                        \
         const T* x, const uint8_t* w, const float* scale, const T* up, T* y, int m, int d, int k, int warps_per_col) {     \
