@@ -9,8 +9,9 @@
 # FP8 tensor cores (loaded at run time), the dequantised weight in L2-sized slices and a wgmma
 # GEMM that widens e4m3 to bf16 in registers (fp8_wgmma_candidate.cuh; also over bf16 weights,
 # and with gate/up's GeGLU product as its epilogue), checked against f64;
-# fp8_gemv_bench: the FP8 decode GEMV beside stop 39's tensor-core candidate,
-# fp8_gemv_candidates.cuh; glue_bench: 31B's prefill
+# fp8_gemv_bench: the FP8 decode GEMV (plain and with the GeGLU epilogue) beside stop 39's
+# tensor-core candidate, fp8_gemv_candidates.cuh, and stop 49's streaming one, and prefill's
+# dequantisation beside a candidate; glue_bench: 31B's prefill
 # glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;
 # chain_bench: 31B's decode layers as one graph of g4's kernels, each stage changed in turn) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
