@@ -218,6 +218,42 @@ __global__ void fill_e4m3(uint8_t* w, size_t count) {
     }
 }
 
+typedef std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> Variants;
+
+// Times each variant as a graph over `copies` copies of a weight of `bytes` bytes, and checks its
+// outputs (y, as many as `want`) from the first copy against the f64 `want`: relative RMS error,
+// and the largest error over the output's RMS. "read" is only timed.
+static void time_and_check(Bench& bench, const Variants& variants, const uint8_t* pool, size_t bytes, int copies,
+                           bf* y, const std::vector<double>& want) {
+    double want2 = 0;
+    for (double v : want) want2 += v * v;
+    const double rms = sqrt(want2 / want.size());
+    for (const auto& variant : variants) {
+        const std::string& name = variant.first;
+        const auto& launch = variant.second;
+        CHECK(cudaMemset(y, 0xff, want.size() * 2));
+        launch(pool);
+        bench.sync();
+        const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * bytes); });
+        printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
+        if (name != "read") {
+            // The graph's last launch read the last copy: the first copy's outputs again.
+            launch(pool);
+            bench.sync();
+            const std::vector<uint16_t> got = bench.download(y, want.size());
+            double err2 = 0, worst = 0;
+            for (size_t o = 0; o < want.size(); ++o) {
+                const double e = bf16_bits_to_float(got[o]) - want[o];
+                err2 += e * e;
+                worst = std::max(worst, fabs(e));
+            }
+            printf(" [%.1e %.1e]", sqrt(err2 / want2), worst / rms);
+        }
+        printf(";");
+    }
+    printf("\n");
+}
+
 // The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's FP8 one-row launch) beside the
 // same with C weight rows per warp group, at E4B's and 31B's gate/up (W packed [gate ‖ up]) and
 // E4B's PLE gate (up given: x's first d values), checked against the f64 GeGLU of the exact
@@ -248,15 +284,12 @@ static void gelu_pairs(Bench& bench, const uint8_t* pool, size_t pool_bytes, con
             return sum * scale_host[row];
         };
         std::vector<double> want(d);
-        double want2 = 0;
         for (int o = 0; o < d; ++o) {
             const double u = sh.packed ? product(o + d) : bf16_bits_to_float(x_host[o]);
             want[o] = gelu(product(o)) * u;
-            want2 += want[o] * want[o];
         }
-        const double rms = sqrt(want2 / d);
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
-        std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> variants;
+        Variants variants;
         {
             const int per_col = gemv_geometry(sh.n, sh.k / 16, 8, 4).second;
             const int per_out = per_col * (sh.packed ? 2 : 1), warps = std::max(4, per_out),
@@ -300,29 +333,7 @@ static void gelu_pairs(Bench& bench, const uint8_t* pool, size_t pool_bytes, con
         };
         for (int columns : {2, 4})
             for (int blocks_per_sm : {4, 8, 16}) add_stream(columns, blocks_per_sm);
-        for (const auto& variant : variants) {
-            const std::string& name = variant.first;
-            const auto& launch = variant.second;
-            CHECK(cudaMemset(y, 0xff, d * 2));
-            launch(pool);
-            bench.sync();
-            const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * bytes); });
-            printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
-            if (name != "read") {
-                launch(pool);
-                bench.sync();
-                const std::vector<uint16_t> got = bench.download(y, d);
-                double err2 = 0, worst = 0;
-                for (int o = 0; o < d; ++o) {
-                    const double e = bf16_bits_to_float(got[o]) - want[o];
-                    err2 += e * e;
-                    worst = std::max(worst, fabs(e));
-                }
-                printf(" [%.1e %.1e]", sqrt(err2 / want2), worst / rms);
-            }
-            printf(";");
-        }
-        printf("\n");
+        time_and_check(bench, variants, pool, bytes, copies, y, want);
     }
 }
 
@@ -369,17 +380,14 @@ int main() {
         std::vector<uint8_t> w_host(bytes);
         CHECK(cudaMemcpy(w_host.data(), pool, bytes, cudaMemcpyDeviceToHost));
         std::vector<double> want(sh.n);
-        double want2 = 0;
         for (int c = 0; c < sh.n; ++c) {
             double sum = 0;
             for (int i = 0; i < sh.k; ++i)
                 sum += (double)bf16_bits_to_float(x_host[i]) * e4m3_value(w_host[(size_t)c * sh.k + i]);
             want[c] = sum * scale_host[c];
-            want2 += want[c] * want[c];
         }
-        const double rms = sqrt(want2 / sh.n);
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
-        std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>> variants;
+        Variants variants;
         auto add_cuda_cores = [&](std::string name, int loads, int warps_per_block) {
             const std::pair<int, int> geometry = gemv_geometry(sh.n, sh.k / 16, loads, warps_per_block);
             const int threads = warps_per_block * 32;
@@ -473,30 +481,7 @@ int main() {
         for (int columns : {1, 2, 4})
             for (int blocks_per_sm : {4, 8, 16}) add_stream(columns, 4, blocks_per_sm);
         add_stream(2, 8, 4);
-        for (const auto& variant : variants) {
-            const std::string& name = variant.first;
-            const auto& launch = variant.second;
-            CHECK(cudaMemset(y, 0xff, sh.n * 2));
-            launch(pool);
-            bench.sync();
-            const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * bytes); });
-            printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
-            if (name != "read") {
-                // The graph's last launch read the last copy: the first copy's product again.
-                launch(pool);
-                bench.sync();
-                const std::vector<uint16_t> got = bench.download(y, sh.n);
-                double err2 = 0, worst = 0;
-                for (int c = 0; c < sh.n; ++c) {
-                    const double d = bf16_bits_to_float(got[c]) - want[c];
-                    err2 += d * d;
-                    worst = std::max(worst, fabs(d));
-                }
-                printf(" [%.1e %.1e]", sqrt(err2 / want2), worst / rms);
-            }
-            printf(";");
-        }
-        printf("\n");
+        time_and_check(bench, variants, pool, bytes, copies, y, want);
     }
     gelu_pairs(bench, pool, pool_bytes, x, x_host, scale, scale_host, y);
     dequant(bench, pool, pool_bytes, scale);
