@@ -41,7 +41,8 @@ pub const GEMV_MAX_ROWS: usize = 8;
 const WEIGHTS_PER_VECTOR: usize = 16;
 /// Decode's single-row GEMV over e4m3 weights (`gemv_columns` in gemv.cuh; `linear_gelu_mul`'s
 /// FP8 one-row launch has the same two): the entry point's suffix, the weight rows each warp
-/// group takes, and the loads of each row a lane keeps in flight.
+/// group takes, and the loads of each row a lane keeps in flight (`G4_FP8_COLS2` and
+/// `G4_FP8_COLS4` in gemv.cuh).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct OneRowGemv {
     pub entry: &'static str,
@@ -54,6 +55,7 @@ pub(super) struct OneRowGemv {
 /// (K 10,240) 13.45 / 11.46; H200 31B q/k/v (K 5,376) 28.42 / 25.14, gate/up 67.27 / 59.22.
 const ONE_ROW_FOUR_COLUMNS_MIN_K: usize = 4096;
 
+/// The one-row GEMV for rows of `k` e4m3 weights.
 pub(super) fn one_row_gemv(k: usize) -> OneRowGemv {
     if k >= ONE_ROW_FOUR_COLUMNS_MIN_K {
         OneRowGemv {

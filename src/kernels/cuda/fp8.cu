@@ -82,12 +82,12 @@ G4_FOR_FLOAT_TYPES(G4_FP8)
     extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_cols2_##NAME(                             \
         const T* x, const uint8_t* w, const float* scale, T* y, int m, int n, int k, int warps_per_col) {                \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
-        gemv_columns<T, E4m3Weights, 2, 4>(x, w, scale, y, n, k, warps_per_col);                                         \
+        gemv_columns<T, E4m3Weights, G4_FP8_COLS2>(x, w, scale, y, n, k, warps_per_col);                                 \
     }                                                                                                                    \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_matmul_bt_fp8_channel_one_row_cols4_##NAME(                             \
         const T* x, const uint8_t* w, const float* scale, T* y, int m, int n, int k, int warps_per_col) {                \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                      \
-        gemv_columns<T, E4m3Weights, 4, 2>(x, w, scale, y, n, k, warps_per_col);                                         \
+        gemv_columns<T, E4m3Weights, G4_FP8_COLS4>(x, w, scale, y, n, k, warps_per_col);                                 \
     }
 G4_FOR_FLOAT_TYPES(G4_FP8_MATMUL)
 

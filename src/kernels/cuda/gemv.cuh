@@ -203,6 +203,12 @@ __device__ void gemv_column_partials(const T* x, const typename W::Stored* w, co
     __syncthreads();
 }
 
+// The FP8 one-row GEMVs' two configurations (weight rows per group, loads of each in flight a
+// lane), the `_one_row_cols2` and `_one_row_cols4` entry points of matmul_bt_fp8_channel and
+// linear_gelu_mul; matmul_bt_fp8_channel.rs's one_row_gemv picks between them by K.
+#define G4_FP8_COLS2 2, 4
+#define G4_FP8_COLS4 4, 2
+
 // Y[n] = row_scale(n) · W[n]·x: group g's slots are rows gC .. gC + C − 1.
 template <typename T, typename W, int C, int BATCH>
 __device__ void gemv_columns(const T* x, const typename W::Stored* w, const float* scale, T* y, int n, int k,

@@ -45,11 +45,11 @@
     extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_one_row_cols2_##NAME(                                        \
         const T* x, const uint8_t* w, const float* scale, const T* up, T* y, int m, int d, int k, int warps_per_col) {     \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
-        gemv_columns_gelu_mul<T, E4m3Weights, 2, 4>(x, w, scale, up, y, d, k, warps_per_col);                              \
+        gemv_columns_gelu_mul<T, E4m3Weights, G4_FP8_COLS2>(x, w, scale, up, y, d, k, warps_per_col);                      \
     }                                                                                                                      \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_one_row_cols4_##NAME(                                        \
         const T* x, const uint8_t* w, const float* scale, const T* up, T* y, int m, int d, int k, int warps_per_col) {     \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
-        gemv_columns_gelu_mul<T, E4m3Weights, 4, 2>(x, w, scale, up, y, d, k, warps_per_col);                              \
+        gemv_columns_gelu_mul<T, E4m3Weights, G4_FP8_COLS4>(x, w, scale, up, y, d, k, warps_per_col);                      \
     }
 G4_FOR_FLOAT_TYPES(G4_LINEAR_GELU_MUL)
