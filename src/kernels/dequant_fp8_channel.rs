@@ -64,11 +64,11 @@ fn native_fwd(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(out)
 }
 
-/// Weights a thread of the kernel dequantises: rows of whole 16-byte vectors go
-/// `G4_DEQUANT_LOADS` (4) vectors per thread; the grid-stride loop covers any rest.
+/// Weights a thread of the kernel dequantises: rows of whole 8-byte pieces go
+/// `G4_DEQUANT_LOADS` (8) pieces per thread; the grid-stride loop covers any rest.
 fn threads_for(rows: usize, cols: usize) -> usize {
-    if cols.is_multiple_of(16) {
-        (rows * cols).div_ceil(16 * 4)
+    if cols.is_multiple_of(8) {
+        (rows * cols).div_ceil(8 * 8)
     } else {
         rows * cols
     }
@@ -96,7 +96,8 @@ pub const CONTRACT: OpContract = OpContract {
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    for (n, k) in [(3, 5), (17, 129), (64, 256), (130, 272)] {
+    // Widths off the kernel's 8-byte pieces (one weight a thread), one of 5 pieces a row, and wider.
+    for (n, k) in [(3, 5), (17, 129), (9, 40), (64, 256), (130, 272)] {
         let mut c = Builder::new(device, dtype, rng);
         let (weight, scale) = fp8_weight(&mut c, n, k)?;
         cases.push(c.finish(format!("[{n}, {k}]"), reference(&weight, &scale, k)));

@@ -12,38 +12,42 @@ __device__ __forceinline__ float e4m3_to_f32(uint8_t bits) {
     return sign * ldexpf(1.0f + mantissa / 8.0f, exponent - 7);
 }
 
-// dequant_fp8_channel: W = f32(W_e4m3) × scale[row], cast to T. Rows of whole 16-byte vectors
-// are read 16 weights per load and decoded in registers (e4m3 / unit × (scale × unit) is the
-// same product, rounded once: see e4m3.cuh); each thread first issues G4_DEQUANT_LOADS
-// independent loads, since a single one per thread leaves too few bytes in flight to reach HBM's
-// rate. Other widths go one weight at a time.
-#define G4_DEQUANT_LOADS 4
+// dequant_fp8_channel: W = f32(W_e4m3) × scale[row], cast to T. Rows of whole 8-byte pieces are
+// read 8 weights per load and decoded in registers (e4m3 / unit × (scale × unit) is the same
+// product, rounded once: see e4m3.cuh), so that a warp's loads read 256 contiguous bytes and,
+// for 16-bit T, its stores write 512 (16 weights a thread stored in two 16-byte halves filled
+// half of each 32-byte sector per store instruction); each thread first issues G4_DEQUANT_LOADS
+// independent loads, since a single one per thread leaves too few bytes in flight to reach
+// HBM's rate. Other widths go one weight at a time.
+#define G4_DEQUANT_LOADS 8
 template <typename T>
 __device__ void dequant_fp8_channel(const uint8_t* w, const float* scale, T* out, size_t rows, size_t cols) {
     const size_t first = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
-    const size_t groups = rows * cols / 16;
-    if (cols % 16 == 0 && ((uintptr_t)w % 16) == 0 && groups < (1ull << 32)) {
-        const unsigned groups_per_row = (unsigned)(cols / 16);
-        for (size_t start = first; start < groups; start += stride * G4_DEQUANT_LOADS) {
-            uint4 bytes[G4_DEQUANT_LOADS];
+    const size_t pieces = rows * cols / 8;
+    if (cols % 8 == 0 && ((uintptr_t)w % 8) == 0 && pieces < (1ull << 32)) {
+        const unsigned pieces_per_row = (unsigned)(cols / 8);
+        for (size_t start = first; start < pieces; start += stride * G4_DEQUANT_LOADS) {
+            uint2 bytes[G4_DEQUANT_LOADS];
 #pragma unroll
             for (int j = 0; j < G4_DEQUANT_LOADS; ++j) {
-                const size_t g = start + j * stride;
-                bytes[j] = g < groups ? reinterpret_cast<const uint4*>(w)[g] : make_uint4(0, 0, 0, 0);
+                const size_t p = start + j * stride;
+                bytes[j] = p < pieces ? reinterpret_cast<const uint2*>(w)[p] : make_uint2(0, 0);
             }
 #pragma unroll
             for (int j = 0; j < G4_DEQUANT_LOADS; ++j) {
-                const unsigned g = (unsigned)(start + j * stride);
-                if (g >= groups) break;
-                float v[16];
-                e4m3x16_to_f32_over_unit(bytes[j], v);
-                const float s = scale[g / groups_per_row] * G4_E4M3_UNIT;
-                __align__(16) T values[16];
+                const unsigned p = (unsigned)(start + j * stride);
+                if (p >= pieces) break;
+                float v[8];
+                e4m3x4_to_f32_over_unit(bytes[j].x, v);
+                e4m3x4_to_f32_over_unit(bytes[j].y, v + 4);
+                const float s = scale[p / pieces_per_row] * G4_E4M3_UNIT;
+                __align__(16) T values[8];
 #pragma unroll
-                for (int e = 0; e < 16; ++e) values[e] = g4_from_f32<T>(v[e] * s);
+                for (int e = 0; e < 8; ++e) values[e] = g4_from_f32<T>(v[e] * s);
+                // 8 values of T: one 16-byte store for 16-bit T, two for f32.
 #pragma unroll
-                for (int q = 0; q < (int)sizeof(T); ++q) {
-                    reinterpret_cast<uint4*>(out + (size_t)g * 16)[q] = reinterpret_cast<const uint4*>(values)[q];
+                for (int q = 0; q < (int)sizeof(T) / 2; ++q) {
+                    reinterpret_cast<uint4*>(out + (size_t)p * 8)[q] = reinterpret_cast<const uint4*>(values)[q];
                 }
             }
         }
