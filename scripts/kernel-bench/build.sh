@@ -11,7 +11,7 @@
 # and with gate/up's GeGLU product as its epilogue), checked against f64;
 # fp8_gemv_bench: the FP8 decode GEMV (plain and with the GeGLU epilogue) beside stop 39's
 # tensor-core candidate, fp8_gemv_candidates.cuh, and stop 49's streaming one, and prefill's
-# dequantisation beside a candidate; glue_bench: 31B's prefill
+# dequantisation beside a plain read; glue_bench: 31B's prefill
 # glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;
 # chain_bench: 31B's decode layers as one graph of g4's kernels, each stage changed in turn) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.

@@ -65,10 +65,10 @@ fn native_fwd(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
 }
 
 /// Weights a thread of the kernel dequantises: rows of whole 8-byte pieces go
-/// `G4_DEQUANT_LOADS` (8) pieces per thread; the grid-stride loop covers any rest.
+/// `G4_DEQUANT_LOADS` (4) pieces per thread; the grid-stride loop covers any rest.
 fn threads_for(rows: usize, cols: usize) -> usize {
     if cols.is_multiple_of(8) {
-        (rows * cols).div_ceil(8 * 8)
+        (rows * cols).div_ceil(8 * 4)
     } else {
         rows * cols
     }
