@@ -208,7 +208,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // one `--perf` times) a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3
     // outgrow the L2 cache.
     let shapes = [
-        (1, 3, 32),
+        (1, 35, 32),
         (1, 131, 272),
         (1, 130, 4112),
         (3, 130, 272),

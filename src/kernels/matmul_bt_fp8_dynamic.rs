@@ -150,7 +150,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows, prefill blocks (the tensor-core path where it runs, and a K off its
     // alignment), and last (the one `--perf` times) a 64-row prefill block.
     let shapes = [
-        (1, 3, 32),
+        (1, 35, 32),
         (8, 64, 512),
         (40, 48, 96),
         (24, 17, 136),
