@@ -136,7 +136,9 @@ static void dequant(Bench& bench, const uint8_t* pool, size_t pool_bytes, const 
     for (const Shape& sh : shapes) {
         const size_t count = (size_t)sh.n * sh.k;
         const int copies = (int)std::min<size_t>(64, pool_bytes / count);
-        const unsigned blocks = (unsigned)std::min<size_t>((count / 32 + 255) / 256, 65535);
+        // dequant_fp8_channel.rs's geometry: 8 weights a load, G4_DEQUANT_LOADS loads a thread.
+        const size_t threads = count / (8 * G4_DEQUANT_LOADS);
+        const unsigned blocks = (unsigned)std::min<size_t>((threads + 255) / 256, 65535);
         const double g4_us = bench.graph_us(copies, [&](int c) {
             g4_dequant_fp8_channel_bf16<<<blocks, 256, 0, bench.stream>>>(pool + (size_t)c * count, scale, out, sh.n,
                                                                           sh.k);

@@ -64,11 +64,16 @@ fn native_fwd(weight: &Tensor, scale: &Tensor, dtype: DType) -> Result<Tensor> {
     Ok(out)
 }
 
-/// Weights a thread of the kernel dequantises: rows of whole 8-byte pieces go
-/// `G4_DEQUANT_LOADS` (4) pieces per thread; the grid-stride loop covers any rest.
+/// The kernel's piece: e4m3 weights per load (fp8.cu).
+const WEIGHTS_PER_PIECE: usize = 8;
+/// Pieces a thread loads before it decodes them (`G4_DEQUANT_LOADS` in fp8.cu).
+const PIECES_PER_THREAD: usize = 4;
+
+/// Threads for the kernel: rows of whole pieces go `PIECES_PER_THREAD` pieces per thread, other
+/// rows one weight per thread; the grid-stride loop covers any rest.
 fn threads_for(rows: usize, cols: usize) -> usize {
-    if cols.is_multiple_of(8) {
-        (rows * cols).div_ceil(8 * 4)
+    if cols.is_multiple_of(WEIGHTS_PER_PIECE) {
+        (rows * cols).div_ceil(WEIGHTS_PER_PIECE * PIECES_PER_THREAD)
     } else {
         rows * cols
     }
