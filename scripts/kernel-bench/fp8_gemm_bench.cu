@@ -14,19 +14,19 @@
 //   slices      dequant_fp8_channel and the bf16 GEMM over S slices of the weight's rows in
 //               turn, through one scratch slice small enough to stay in L2 (the GEMM reads the
 //               dequantised slice from L2 instead of HBM)
-//   wgmma       fp8_wgmma_candidate.cuh: e4m3 widened to bf16 in registers on its way into
-//               Hopper's bf16 tensor cores, the row scales in the epilogue; and the same
-//               pipeline over the bf16 weights (not yet run: stop 44 had no GPU)
-// For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
-// prefill today) against the wgmma GEMM with the product as its epilogue.
+//   tma         fp8_tma_gemm_candidate.cuh: a warp-specialised TMA + wgmma pipeline, e4m3
+//               widened to bf16 (and scaled) in registers on its way into Hopper's bf16 tensor
+//               cores, 128 or 256 rows of X a block, K in 1–4 slices; and the same pipeline
+//               over the dequantised bf16 weights (how far the pipeline is from cuBLAS apart
+//               from the widening). Not yet run: stop 51 had no GPU.
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
 // are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
 #include <dlfcn.h>
 #include <cuda_fp8.h>
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
-#include "../../src/kernels/cuda/elementwise.cu"
-#include "fp8_wgmma_candidate.cuh"
+#include <cudaTypedefs.h>
+#include "fp8_tma_gemm_candidate.cuh"
 
 enum : int {
     COMPUTE_32F = 68,
@@ -169,35 +169,61 @@ __global__ void scale_by(const float* in, float* out, int count, float factor) {
     if (i < count) out[i] = in[i] * factor;
 }
 
-// One configuration of fp8_wgmma_candidate.cuh's GEMM: X rows a block, shared memory, its name.
+// cuTensorMapEncodeTiled, from the driver through the runtime (no libcuda to link here).
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess) {
+        fprintf(stderr, "cuTensorMapEncodeTiled: not found\n");
+        exit(1);
+    }
+    return (PFN_cuTensorMapEncodeTiled_v12000)function;
+}
+
+// A row-major [outer, inner] matrix as TMA boxes of box_inner × box_outer elements.
+static CUtensorMap tensor_map(CUtensorMapDataType type, int element_bytes, const void* base, int inner, int outer,
+                              int box_inner, int box_outer, CUtensorMapSwizzle swizzle) {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t pitch[1] = {(cuuint64_t)inner * element_bytes};
+    const cuuint32_t box[2] = {(cuuint32_t)box_inner, (cuuint32_t)box_outer};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult status = encode(&map, type, 2, const_cast<void*>(base), dims, pitch, box, element_strides,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (status != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled: error %d (%d × %d, box %d × %d)\n", (int)status, outer, inner,
+                box_outer, box_inner);
+        exit(1);
+    }
+    return map;
+}
+
+// One configuration of fp8_tma_gemm_candidate.cuh's GEMM: kernel, X rows a block, shared memory,
+// K slices, its name.
 template <typename W>
-struct WgmmaVariant {
-    void (*kernel)(const typename W::Stored*, const float*, const bf*, bf*, int, int, int);
-    int rows, shared_bytes;
+struct TmaVariant {
+    typedef W Weights;
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const float*, bf*, float*, int, int, int);
+    int rows, shared_bytes, slices;
     const char* path;
 };
-#define G4_WGMMA_VARIANT(W, BN, STAGES, OVERLAP, PATH) \
-    {wgmma_gemm<W, BN, STAGES, OVERLAP>, BN, wgmma_gemm_shared_bytes<W, BN, STAGES>(), PATH}
-#define G4_WGMMA_GEGLU_VARIANT(W, BN, STAGES, OVERLAP, PATH) \
-    {wgmma_gemm<W, BN, STAGES, OVERLAP, true>, BN, wgmma_gemm_shared_bytes<W, BN, STAGES>(), PATH}
-const WgmmaVariant<E4m3Rows> E4M3_VARIANTS[] = {
-    G4_WGMMA_VARIANT(E4m3Rows, 128, 4, false, "wgmma e4m3 128×128, 4 stages"),
-    G4_WGMMA_VARIANT(E4m3Rows, 128, 3, false, "wgmma e4m3 128×128, 3 stages"),
-    G4_WGMMA_VARIANT(E4m3Rows, 128, 4, true, "wgmma e4m3 128×128, 4 st., overlap"),
-    G4_WGMMA_VARIANT(E4m3Rows, 256, 4, false, "wgmma e4m3 128×256, 4 stages"),
-    G4_WGMMA_VARIANT(E4m3Rows, 256, 4, true, "wgmma e4m3 128×256, 4 st., overlap"),
+#define G4_TMA_VARIANT(W, BN, STAGES, SLICES, PATH) \
+    {tma_gemm::gemm<W, BN, STAGES, (SLICES > 1)>, BN, tma_gemm::shared_bytes<W, BN, STAGES>(), SLICES, PATH}
+const TmaVariant<tma_gemm::E4m3Weights> E4M3_VARIANTS[] = {
+    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 1, "tma e4m3 128×128, 6 stages"),
+    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 8, 1, "tma e4m3 128×128, 8 stages"),
+    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 256, 5, 1, "tma e4m3 128×256, 5 stages"),
+    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 2, "tma e4m3 128×128, K in 2"),
+    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 3, "tma e4m3 128×128, K in 3"),
+    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 4, "tma e4m3 128×128, K in 4"),
 };
-const WgmmaVariant<Bf16Rows> BF16_VARIANTS[] = {
-    G4_WGMMA_VARIANT(Bf16Rows, 128, 4, false, "wgmma bf16 128×128, 4 stages"),
-    G4_WGMMA_VARIANT(Bf16Rows, 256, 4, true, "wgmma bf16 128×256, 4 st., overlap"),
-};
-const WgmmaVariant<E4m3Rows> E4M3_GEGLU_VARIANTS[] = {
-    G4_WGMMA_GEGLU_VARIANT(E4m3Rows, 128, 4, false, "wgmma e4m3 + GeGLU, 128×128"),
-    G4_WGMMA_GEGLU_VARIANT(E4m3Rows, 256, 4, true, "wgmma e4m3 + GeGLU, 128×256, overlap"),
-};
-const WgmmaVariant<Bf16Rows> BF16_GEGLU_VARIANTS[] = {
-    G4_WGMMA_GEGLU_VARIANT(Bf16Rows, 128, 4, false, "wgmma bf16 + GeGLU, 128×128"),
-    G4_WGMMA_GEGLU_VARIANT(Bf16Rows, 256, 4, true, "wgmma bf16 + GeGLU, 128×256, overlap"),
+const TmaVariant<tma_gemm::Bf16Weights> BF16_VARIANTS[] = {
+    G4_TMA_VARIANT(tma_gemm::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
+    G4_TMA_VARIANT(tma_gemm::Bf16Weights, 256, 4, 1, "tma bf16 128×256, 4 stages"),
+    G4_TMA_VARIANT(tma_gemm::Bf16Weights, 128, 6, 2, "tma bf16 128×128, K in 2"),
 };
 
 int main() {
@@ -327,68 +353,34 @@ int main() {
             report(path, us);
         }
         // `weights`: the e4m3 bytes with their scales, or the dequantised bf16 weights (no scales).
-        auto wgmma = [&](auto kernel, auto weights, const float* scale, int bn, int shared_bytes, const char* path) {
-            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
-            const dim3 grid((m + bn - 1) / bn, n / G4_WGMMA_BM);
-            report(path, timed([&](int) {
-                       kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(weights, scale, x_dev, y, m, n,
-                                                                                       k);
+        const size_t most_partials = 4 * (size_t)m * n;
+        float* partial = bench.alloc<float>(most_partials);
+        const CUtensorMap x_map_128 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, tma_gemm::BK, 128,
+                                                 CU_TENSOR_MAP_SWIZZLE_128B);
+        const CUtensorMap x_map_256 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, tma_gemm::BK, 256,
+                                                 CU_TENSOR_MAP_SWIZZLE_128B);
+        auto tma = [&](const auto& variant, const void* weights, const float* scale) {
+            typedef typename std::remove_reference<decltype(variant)>::type::Weights W;
+            const CUtensorMap w_map = tensor_map(W::MAP_TYPE, sizeof(typename W::Stored), weights, k, n, tma_gemm::BK,
+                                                 tma_gemm::BM, W::MAP_SWIZZLE);
+            CHECK(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       variant.shared_bytes));
+            const dim3 grid((m + variant.rows - 1) / variant.rows, (n + tma_gemm::BM - 1) / tma_gemm::BM,
+                            variant.slices);
+            const CUtensorMap& x_map = variant.rows == 256 ? x_map_256 : x_map_128;
+            const size_t count = (size_t)m * n;
+            report(variant.path, timed([&](int) {
+                       variant.kernel<<<grid, tma_gemm::THREADS, variant.shared_bytes, bench.stream>>>(
+                           x_map, w_map, scale, y, partial, m, n, k);
+                       if (variant.slices > 1)
+                           tma_gemm::sum_splits<<<(count / 4 + 255) / 256, 256, 0, bench.stream>>>(
+                               partial, y, variant.slices, count);
                    }));
         };
-        for (const WgmmaVariant<E4m3Rows>& v : E4M3_VARIANTS)
-            wgmma(v.kernel, w_dev, w_scale_dev, v.rows, v.shared_bytes, v.path);
+        for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
-        for (const WgmmaVariant<Bf16Rows>& v : BF16_VARIANTS)
-            wgmma(v.kernel, dense, nullptr, v.rows, v.shared_bytes, v.path);
-        if (std::string(shape.name) == "gate_up") {
-            // The MLP's gate/up projection and its GeGLU product: g4's GEMM and then gelu_and_mul,
-            // against the GEMM with the product as its epilogue. Expected: the f64 product.
-            const int d = n / 2;
-            std::vector<double> want_product(checked_rows * (size_t)d);
-            for (int r = 0; r < checked_rows; ++r)
-                for (int c = 0; c < d; ++c) {
-                    const double gate = want[r * (size_t)n + c], up = want[r * (size_t)n + d + c];
-                    want_product[r * (size_t)d + c] =
-                        0.5 * gate * (1.0 + tanh(0.7978845608028654 * gate * (1.0 + 0.044715 * gate * gate))) * up;
-                }
-            bf* product = bench.alloc<bf>(m * (size_t)d);
-            auto timed_product = [&](const std::function<void(int)>& launch) {
-                CHECK(cudaMemset(product, 0xFF, m * (size_t)d * 2));
-                return bench.graph_us(10, launch);
-            };
-            auto gelu_and_mul = [&] {
-                const int vectors = m * d / 8;
-                g4_gelu_and_mul_vec_bf16<<<(vectors + 255) / 256, 256, 0, bench.stream>>>(y, product, m, d);
-            };
-            if (bf16_gemm.status == 0) {
-                const double bf16_us = timed_product([&](int) {
-                    status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream);
-                    gelu_and_mul();
-                });
-                check("bf16 + gelu_and_mul", bf16_us, product, want_product, d);
-                const double fp8_us = timed_product([&](int) {
-                    dequant();
-                    status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream);
-                    gelu_and_mul();
-                });
-                check("dequant + bf16 + gelu_and_mul", fp8_us, product, want_product, d);
-            }
-            auto fused = [&](auto kernel, auto weights, const float* scale, int bn, int shared_bytes,
-                             const char* path) {
-                CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
-                const dim3 grid((m + bn - 1) / bn, n / G4_WGMMA_BM);
-                const double us = timed_product([&](int) {
-                    kernel<<<grid, G4_WGMMA_THREADS, shared_bytes, bench.stream>>>(weights, scale, x_dev, product, m,
-                                                                                    n, k);
-                });
-                check(path, us, product, want_product, d);
-            };
-            for (const WgmmaVariant<E4m3Rows>& v : E4M3_GEGLU_VARIANTS)
-                fused(v.kernel, w_dev, w_scale_dev, v.rows, v.shared_bytes, v.path);
-            for (const WgmmaVariant<Bf16Rows>& v : BF16_GEGLU_VARIANTS)
-                fused(v.kernel, dense, nullptr, v.rows, v.shared_bytes, v.path);
-            CHECK(cudaFree(product));
-        }
+        for (const auto& variant : BF16_VARIANTS) tma(variant, dense, nullptr);
+        CHECK(cudaFree(partial));
         auto split = [&] {
             split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);
             // lo's scale is hi's / 16: the same row vector, scaled once on the device.

@@ -1,0 +1,450 @@
+// A candidate for weight-only FP8 prefill (issue #17): Y[m, n] = X[m, k] · Wᵀ with W e4m3 and
+// one f32 scale per row, on Hopper's bf16 tensor cores, as a warp-specialised pipeline.
+// Stop 44's GEMM (fp8_wgmma_candidate.cuh, retired) copied its tiles with cp.async and a
+// __syncthreads a tile, and ran 2.1–4.1× slower than cuBLAS even over bf16 weights: its own
+// pipeline, not the widening, was the cost. This one is built the way Hopper GEMMs reach the
+// tensor cores' rate:
+//   - one producer warp issues TMA copies (X and W tiles, swizzled by the copy engine) into a
+//     ring of STAGES stages, each stage guarded by a "full" and an "empty" mbarrier;
+//   - two consumer warpgroups, 64 weight rows each, wait on "full", run their wgmmas, and free
+//     the stage a tile later (wgmma groups one deep), so the tensor cores never wait on a copy
+//     that could have been issued earlier;
+//   - registers move from the producer (40) to the consumers (232) with setmaxnreg.
+// wgmma's M is the weight rows (A), its N the rows of X (B, K-major through a 128-byte-swizzle
+// descriptor). With e4m3 weights A comes from registers: each consumer thread reads its A
+// fragment's bytes from the W tile (TMA's 64-byte swizzle keeps those reads free of bank
+// conflicts), widens them to f32, multiplies by the row's scale and rounds to bf16 — the same
+// bf16 weights g4's dequant_fp8_channel writes — while the tile before's wgmmas run. With bf16
+// weights (`Bf16Weights`, the pipeline measured against cuBLAS apart from the widening) A is
+// read from shared memory by descriptor.
+// The epilogue goes through shared memory: stmatrix.trans turns the (weight row, X row)
+// fragments into rows of Y, which leave in 16-byte stores. For shapes with too few tiles to
+// fill the GPU, SPLIT runs gridDim.z slices of K, each writing f32 partial sums that
+// `tma_gemm_sum_splits` adds in a fixed order (deterministic, unlike atomics).
+// sm_90a only; nothing here has run yet (stop 51 had no GPU).
+#pragma once
+#include <cuda.h>
+#include <cuda_fp16.h>
+#include "../../src/kernels/cuda/g4_compat.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define G4_TMA_GEMM 1
+#endif
+
+namespace tma_gemm {
+
+constexpr int BM = 128;  // weight rows a block: two consumer warpgroups of 64
+constexpr int BK = 64;   // K a stage: 128 bytes of a bf16 row, the 128-byte swizzle's width
+constexpr int THREADS = 384;
+constexpr int PRODUCER_REGISTERS = 40, CONSUMER_REGISTERS = 232;
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// mbarriers: initialised once, then a phase completes when its arrivals (and, for "full", the
+// TMA bytes it was told to expect) are in. Waiters name the parity of the phase they wait for.
+__device__ __forceinline__ void barrier_init(uint64_t* bar, int arrivals) {
+#if defined(G4_TMA_GEMM)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+#endif
+}
+__device__ __forceinline__ void barrier_arrive_expecting(uint64_t* bar, int bytes) {
+#if defined(G4_TMA_GEMM)
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+#if defined(G4_TMA_GEMM)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, int parity) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(
+        "{\n.reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(shared_address(bar)),
+        "r"(parity)
+        : "memory");
+#endif
+}
+
+// A 2-D box of `map` at (inner, outer) into shared memory; its bytes complete `bar`'s phase.
+__device__ __forceinline__ void tma_load(void* shared, const CUtensorMap* map, int inner, int outer, uint64_t* bar) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            shared_address(shared)),
+        "l"((uint64_t)map), "r"(inner), "r"(outer), "r"(shared_address(bar))
+        : "memory");
+#endif
+}
+
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+#if defined(G4_TMA_GEMM)
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#endif
+}
+
+template <int REGISTERS>
+__device__ __forceinline__ void set_registers_down() {
+#if defined(G4_TMA_GEMM)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+#endif
+}
+template <int REGISTERS>
+__device__ __forceinline__ void set_registers_up() {
+#if defined(G4_TMA_GEMM)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGISTERS));
+#endif
+}
+
+// A K-major operand tile in the 128-byte swizzle (rows of 128 bytes, 8-row atoms 1,024 bytes
+// apart), as TMA's CU_TENSOR_MAP_SWIZZLE_128B writes it.
+__device__ __forceinline__ uint64_t descriptor_sw128(const void* shared) {
+    const uint64_t address = shared_address(shared);
+    return ((address & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(G4_TMA_GEMM)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(G4_TMA_GEMM)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(G4_TMA_GEMM)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+// An empty asm that reads and writes `r`: wgmma reads its register operands while it runs,
+// which the compiler does not know, so A's registers (and the sums) are held in place with it
+// until the wgmmas that read them have been waited for.
+__device__ __forceinline__ void hold(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void hold(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+#define G4_D4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define G4_D16(i) G4_D4(i), G4_D4(i + 4), G4_D4(i + 8), G4_D4(i + 12)
+
+// d (64 × N f32, CuTe's CLayout_64xN) += A (64 × 16 bf16: registers `a` or descriptor) · B
+// (16 × N bf16, descriptor `b`). N = 128 or 256.
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : G4_D16(0), G4_D16(16), G4_D16(32), G4_D16(48)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[64], uint64_t a, uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : G4_D16(0), G4_D16(16), G4_D16(32), G4_D16(48)
+        : "l"(a), "l"(b));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : G4_D16(0), G4_D16(16), G4_D16(32), G4_D16(48), G4_D16(64), G4_D16(80), G4_D16(96), G4_D16(112)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], uint64_t a, uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : G4_D16(0), G4_D16(16), G4_D16(32), G4_D16(48), G4_D16(64), G4_D16(80), G4_D16(96), G4_D16(112)
+        : "l"(a), "l"(b));
+#endif
+}
+
+#undef G4_D16
+#undef G4_D4
+
+// Two e4m3 bytes (low byte first) widened to f32 (exactly: e4m3 → f16 in one instruction),
+// times the row's scale, rounded to bf16 as g4_dequant_fp8_channel rounds them.
+__device__ __forceinline__ uint32_t widen_scaled(uint16_t pair, float scale) {
+    uint32_t halves = 0;
+#if defined(G4_TMA_GEMM)
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
+#endif
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&halves));
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+    return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// e4m3 weights, one f32 scale a row: a W tile is 128 rows of 64 bytes in TMA's 64-byte swizzle
+// (16-byte chunk c of row r at c ^ (r / 2 % 4)); A comes from registers.
+struct E4m3Weights {
+    typedef uint8_t Stored;
+    static constexpr int TILE_BYTES = BM * BK;
+    static constexpr CUtensorMapDataType MAP_TYPE = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    static constexpr CUtensorMapSwizzle MAP_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_64B;
+    static constexpr bool IN_REGISTERS = true;
+
+    // This lane's A fragments (CuTe's ALayout_64x16: rows g and g + 8 of its warp's 16, K pairs
+    // 2t and 2t + 8 of each k16 step) for tile rows from `first_row` (a multiple of 8, so both
+    // rows share the swizzle phase g / 2).
+    __device__ static void fragments(const uint8_t* tile, int first_row, int lane, float scale_low, float scale_high,
+                                     uint32_t (&a)[BK / 16][4]) {
+        const int g = lane / 4, t = lane % 4, phase = g / 2 % 4;
+        const uint8_t* low = tile + (first_row + g) * BK + 2 * t;
+        const uint8_t* high = low + 8 * BK;
+#pragma unroll
+        for (int step = 0; step < BK / 16; ++step) {
+            const int chunk = 16 * (step ^ phase);
+            a[step][0] = widen_scaled(*reinterpret_cast<const uint16_t*>(low + chunk), scale_low);
+            a[step][1] = widen_scaled(*reinterpret_cast<const uint16_t*>(high + chunk), scale_high);
+            a[step][2] = widen_scaled(*reinterpret_cast<const uint16_t*>(low + chunk + 8), scale_low);
+            a[step][3] = widen_scaled(*reinterpret_cast<const uint16_t*>(high + chunk + 8), scale_high);
+        }
+    }
+    __device__ static float row_scale(const float* scale, int row, int n) { return row < n ? scale[row] : 0.0f; }
+};
+
+// bf16 weights (already scaled): a W tile is 128 rows of 128 bytes in the 128-byte swizzle; A is
+// read by descriptor, a warpgroup's 64 rows from its first.
+struct Bf16Weights {
+    typedef g4_bf16 Stored;
+    static constexpr int TILE_BYTES = BM * BK * 2;
+    static constexpr CUtensorMapDataType MAP_TYPE = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    static constexpr CUtensorMapSwizzle MAP_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
+    static constexpr bool IN_REGISTERS = false;
+    __device__ static float row_scale(const float*, int, int) { return 1.0f; }
+};
+
+template <typename W, int BN>
+struct Stage {
+    static constexpr int X_BYTES = BN * BK * 2;
+    static constexpr int BYTES = X_BYTES + W::TILE_BYTES;
+    static_assert(X_BYTES % 1024 == 0 && BYTES % 1024 == 0, "every tile starts on a 1,024-byte swizzle atom");
+};
+
+// Shared memory a launch needs: the stages, their barriers, and room to align to 1,024 bytes.
+template <typename W, int BN, int STAGES>
+constexpr int shared_bytes() {
+    return STAGES * Stage<W, BN>::BYTES + 2 * STAGES * 8 + 1024;
+}
+
+// Grid: (ceil(m / BN), ceil(n / 128), K slices); 384 threads; shared_bytes<W, BN, STAGES>().
+// x_map: X as bf16 [m, k], box 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in
+// W's type and swizzle. k % 16 == 0 (TMA's 16-byte row pitch; a partial last tile reads zeros),
+// n % 8 == 0 (whole 16-byte stores). Without SPLIT, Y is bf16 [m, n]; with it, slice z writes
+// its f32 sums to partial + z·m·n.
+template <typename W, int BN, int STAGES, bool SPLIT>
+__global__ void __launch_bounds__(THREADS, 1)
+    gemm(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+         const float* __restrict__ scale, g4_bf16* __restrict__ y, float* __restrict__ partial, int m, int n, int k) {
+    static_assert(BN == 128 || BN == 256, "wgmma's N: 128 or 256 rows of X");
+    static_assert(2 * BN * 128 <= STAGES * Stage<W, BN>::BYTES, "the epilogue's tiles fit in the stages");
+    typedef Stage<W, BN> Tile;
+    extern __shared__ uint8_t raw_shared[];
+    uint8_t* shared = raw_shared + ((1024 - shared_address(raw_shared) % 1024) % 1024);
+    uint64_t* full = reinterpret_cast<uint64_t*>(shared + STAGES * Tile::BYTES);
+    uint64_t* empty = full + STAGES;
+    auto x_tile = [&](int stage) { return shared + stage * Tile::BYTES; };
+    auto w_tile = [&](int stage) { return shared + stage * Tile::BYTES + Tile::X_BYTES; };
+
+    const int m0 = blockIdx.x * BN, n0 = blockIdx.y * BM;
+    const int tiles = (k + BK - 1) / BK, per_slice = (tiles + gridDim.z - 1) / gridDim.z;
+    const int first_tile = blockIdx.z * per_slice, count = max(0, min(per_slice, tiles - first_tile));
+    const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
+
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            barrier_init(&full[s], 1);
+            // One arrival from each consumer warp (8) once its wgmmas have read the stage.
+            barrier_init(&empty[s], 8);
+        }
+#if defined(G4_TMA_GEMM)
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        set_registers_down<PRODUCER_REGISTERS>();
+        if (tid == 0) {
+            for (int i = 0; i < count; ++i) {
+                const int s = i % STAGES;
+                // The first pass over the ring finds each stage free (parity 1 of a fresh
+                // barrier counts as complete).
+                barrier_wait(&empty[s], (i / STAGES + 1) % 2);
+                barrier_arrive_expecting(&full[s], Tile::BYTES);
+                const int k0 = (first_tile + i) * BK;
+                tma_load(x_tile(s), &x_map, k0, m0, &full[s]);
+                tma_load(w_tile(s), &w_map, k0, n0, &full[s]);
+            }
+        }
+        return;
+    }
+
+    set_registers_up<CONSUMER_REGISTERS>();
+    const int consumer = warpgroup - 1, warp = tid % 128 / 32, g = lane / 4, t = lane % 4;
+    // This warp's first A row in a W tile: its warpgroup's 64 rows, then its 16.
+    const int first_row = consumer * 64 + warp * 16;
+    const float scale_low = W::row_scale(scale, n0 + first_row + g, n);
+    const float scale_high = W::row_scale(scale, n0 + first_row + g + 8, n);
+
+    float d[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
+
+    // Tile i: wait for its copies, widen its A (e4m3) while tile i - 1's wgmmas run, start its
+    // wgmmas, then wait for tile i - 1's and free its stage. `a` takes tile i's A; `in_flight`
+    // holds tile i - 1's until that wait.
+    auto compute_tile = [&](int i, uint32_t (&a)[BK / 16][4], uint32_t (&in_flight)[BK / 16][4]) {
+        const int s = i % STAGES;
+        barrier_wait(&full[s], (i / STAGES) % 2);
+        if constexpr (W::IN_REGISTERS) {
+            E4m3Weights::fragments(w_tile(s), first_row, lane, scale_low, scale_high, a);
+#pragma unroll
+            for (int step = 0; step < BK / 16; ++step)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) hold(a[step][r]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < BK / 16; ++step) {
+            const uint64_t b = descriptor_sw128(x_tile(s) + 32 * step);
+            if constexpr (W::IN_REGISTERS)
+                wgmma_m64nk16(d, a[step], b);
+            else
+                wgmma_m64nk16(d, descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if constexpr (W::IN_REGISTERS)
+#pragma unroll
+            for (int step = 0; step < BK / 16; ++step)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) hold(in_flight[step][r]);
+        if (i > 0 && lane == 0) barrier_arrive(&empty[(i - 1) % STAGES]);
+    };
+    // Two sets of A registers used in turn, so each tile's are fixed at compile time.
+    uint32_t a_even[BK / 16][4] = {}, a_odd[BK / 16][4] = {};
+    int i = 0;
+    for (; i + 1 < count; i += 2) {
+        compute_tile(i, a_even, a_odd);
+        compute_tile(i + 1, a_odd, a_even);
+    }
+    if (i < count) compute_tile(i, a_even, a_odd);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < BN / 2; ++r) hold(d[r]);
+
+    // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
+    const int row_low = n0 + first_row + g, row_high = row_low + 8;
+    if constexpr (SPLIT) {
+        float* out = partial + (size_t)blockIdx.z * m * n;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int x_row = m0 + 8 * j + 2 * t + (e & 1), w_row = e >= 2 ? row_high : row_low;
+                if (x_row < m && w_row < n) out[(size_t)x_row * n + w_row] = d[4 * j + e];
+            }
+        return;
+    }
+    // Every consumer warp is past its last wgmma, so the stages are free for Y's tiles: this
+    // warpgroup's [BN X rows][64 weight rows] bf16, 128-byte rows, chunk c of row r at c ^ (r % 8).
+    named_barrier(1, 256);
+    uint8_t* out_tile = shared + consumer * BN * 128;
+    const int q = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j += 2) {
+        uint32_t v[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(d[4 * (j + h / 2) + 2 * (h % 2)],
+                                                              d[4 * (j + h / 2) + 2 * (h % 2) + 1]);
+            v[h] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        // Matrix q of the four is (X rows 8(j + q / 2)…, weight rows first_row + 8(q % 2)…);
+        // lane 8q + r names the address of its stored row r: X row 8(j + q / 2) + r.
+        const int x_row = 8 * (j + q / 2) + r, chunk = 2 * warp + q % 2;
+        const uint32_t address = shared_address(out_tile + x_row * 128 + 16 * (chunk ^ r));
+#if defined(G4_TMA_GEMM)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+                     "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                     : "memory");
+#endif
+    }
+    named_barrier(2 + consumer, 128);
+    const int col0 = n0 + consumer * 64;
+    for (int c = tid % 128; c < BN * 8; c += 128) {
+        const int x_row = c / 8, chunk = c % 8, col = col0 + 8 * chunk;
+        if (m0 + x_row < m && col < n)
+            *reinterpret_cast<uint4*>(y + (size_t)(m0 + x_row) * n + col) =
+                *reinterpret_cast<const uint4*>(out_tile + x_row * 128 + 16 * (chunk ^ (x_row % 8)));
+    }
+}
+
+// Y = the K slices' partial sums added in order, rounded to bf16; 4 values a thread.
+__global__ void sum_splits(const float* __restrict__ partial, g4_bf16* __restrict__ y, int splits, size_t count) {
+    const size_t i = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= count) return;
+    float4 sum = *reinterpret_cast<const float4*>(partial + i);
+    for (int s = 1; s < splits; ++s) {
+        const float4 p = *reinterpret_cast<const float4*>(partial + s * count + i);
+        sum.x += p.x;
+        sum.y += p.y;
+        sum.z += p.z;
+        sum.w += p.w;
+    }
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y), hi = __floats2bfloat162_rn(sum.z, sum.w);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(y + i) = packed;
+}
+
+}  // namespace tma_gemm
