@@ -2,8 +2,9 @@
 //! which fetches its toolchain; no ROCm needed) and embed them.
 //!
 //! With `--features cuda`: compile src/kernels/cuda/*.cu into one fatbin — machine code (SASS)
-//! for sm_80 (Ampere and Ada run it) and sm_90 (Hopper), plus compute_90 PTX that newer GPUs
-//! compile at load — and point the linker at the CUDA link folder prepared by
+//! for sm_80 (Ampere and Ada run it) and sm_90a (Hopper, with its wgmma and TMA instructions;
+//! every compute capability 9.0 GPU runs it), plus compute_90 PTX that newer GPUs compile at
+//! load — and point the linker at the CUDA link folder prepared by
 //! scripts/build-cuda.sh (G4_CUDA_LINK_DIR). Shipping SASS spares a fresh machine the driver's
 //! JIT of the whole module on first use (about 13 s on an H200).
 
@@ -51,7 +52,8 @@ fn main() {
             "-O3",
             "-std=c++17",
             "-gencode=arch=compute_80,code=sm_80",
-            "-gencode=arch=compute_90,code=[sm_90,compute_90]",
+            "-gencode=arch=compute_90a,code=sm_90a",
+            "-gencode=arch=compute_90,code=compute_90",
             "-o",
         ])
         .arg(out.join("g4_kernels.fatbin"))

@@ -230,10 +230,16 @@ pub fn max_shared_bytes_per_block(device: &Device) -> Option<usize> {
     cuda_properties(device).map(|p| p.shared_bytes_per_block)
 }
 
+/// The multiprocessors of `device`, when it is a CUDA device g4 can query.
+pub fn multiprocessor_count(device: &Device) -> Option<usize> {
+    cuda_properties(device).map(|p| p.multiprocessors)
+}
+
 #[derive(Clone, Copy)]
 struct CudaProperties {
     capability: (u32, u32),
     shared_bytes_per_block: usize,
+    multiprocessors: usize,
 }
 
 fn cuda_properties(device: &Device) -> Option<CudaProperties> {
@@ -266,9 +272,11 @@ fn query_cuda_properties(ordinal: usize) -> Option<CudaProperties> {
     let major = get(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = get(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let shared = get(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    let multiprocessors = get(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Some(CudaProperties {
         capability: (major as u32, minor as u32),
         shared_bytes_per_block: shared as usize,
+        multiprocessors: multiprocessors as usize,
     })
 }
 

@@ -14,11 +14,12 @@
 //   slices      dequant_fp8_channel and the bf16 GEMM over S slices of the weight's rows in
 //               turn, through one scratch slice small enough to stay in L2 (the GEMM reads the
 //               dequantised slice from L2 instead of HBM)
-//   tma         fp8_tma_gemm_candidate.cuh: a warp-specialised TMA + wgmma pipeline, e4m3
+//   tma         src/kernels/cuda/tma_gemm.cuh: a warp-specialised TMA + wgmma pipeline, e4m3
 //               widened to bf16 (and scaled) in registers on its way into Hopper's bf16 tensor
-//               cores, 128 or 256 rows of X a block, K in 1–4 slices; and the same pipeline
-//               over the dequantised bf16 weights (how far the pipeline is from cuBLAS apart
-//               from the widening). Not yet run: stop 51 had no GPU.
+//               cores, 128 or 256 rows of X a block, K in 1–4 slices (g4's kernel is the 128 ×
+//               128, 6-stage one); and the same pipeline over the dequantised bf16 weights (how
+//               far the pipeline is from cuBLAS apart from the widening). Not yet run: stop 51
+//               had no GPU.
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
 // are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
 #include <dlfcn.h>
@@ -26,7 +27,6 @@
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
 #include <cudaTypedefs.h>
-#include "fp8_tma_gemm_candidate.cuh"
 
 enum : int {
     COMPUTE_32F = 68,
@@ -201,29 +201,36 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, int element_bytes, const
     return map;
 }
 
-// One configuration of fp8_tma_gemm_candidate.cuh's GEMM: kernel, X rows a block, shared memory,
-// K slices, its name.
+// tma_gemm.cuh's GEMM in one configuration: W's type, X rows a block, pipeline stages.
+template <typename W, int BN, int STAGES>
+__global__ void __launch_bounds__(g4_tma::THREADS, 1)
+    tma_gemm_variant(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                     const float* scale, bf* y, float* partial, int m, int n, int k, int slices) {
+    g4_tma::gemm_block<W, BN, STAGES>(&x_map, &w_map, scale, y, partial, m, n, k, slices);
+}
+
+// One configuration: kernel, X rows a block, shared memory, K slices, its name.
 template <typename W>
 struct TmaVariant {
     typedef W Weights;
-    void (*kernel)(const CUtensorMap, const CUtensorMap, const float*, bf*, float*, int, int, int);
+    void (*kernel)(const CUtensorMap, const CUtensorMap, const float*, bf*, float*, int, int, int, int);
     int rows, shared_bytes, slices;
     const char* path;
 };
 #define G4_TMA_VARIANT(W, BN, STAGES, SLICES, PATH) \
-    {tma_gemm::gemm<W, BN, STAGES, (SLICES > 1)>, BN, tma_gemm::shared_bytes<W, BN, STAGES>(), SLICES, PATH}
-const TmaVariant<tma_gemm::E4m3Weights> E4M3_VARIANTS[] = {
-    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 1, "tma e4m3 128×128, 6 stages"),
-    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 8, 1, "tma e4m3 128×128, 8 stages"),
-    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 256, 5, 1, "tma e4m3 128×256, 5 stages"),
-    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 2, "tma e4m3 128×128, K in 2"),
-    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 3, "tma e4m3 128×128, K in 3"),
-    G4_TMA_VARIANT(tma_gemm::E4m3Weights, 128, 6, 4, "tma e4m3 128×128, K in 4"),
+    {tma_gemm_variant<W, BN, STAGES>, BN, g4_tma::shared_bytes<W, BN, STAGES>(), SLICES, PATH}
+const TmaVariant<g4_tma::E4m3Weights> E4M3_VARIANTS[] = {
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 1, "tma e4m3 128×128, 6 stages (g4)"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 8, 1, "tma e4m3 128×128, 8 stages"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 256, 5, 1, "tma e4m3 128×256, 5 stages"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 2, "tma e4m3 128×128, K in 2 (g4)"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 3, "tma e4m3 128×128, K in 3 (g4)"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 4, "tma e4m3 128×128, K in 4 (g4)"),
 };
-const TmaVariant<tma_gemm::Bf16Weights> BF16_VARIANTS[] = {
-    G4_TMA_VARIANT(tma_gemm::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
-    G4_TMA_VARIANT(tma_gemm::Bf16Weights, 256, 4, 1, "tma bf16 128×256, 4 stages"),
-    G4_TMA_VARIANT(tma_gemm::Bf16Weights, 128, 6, 2, "tma bf16 128×128, K in 2"),
+const TmaVariant<g4_tma::Bf16Weights> BF16_VARIANTS[] = {
+    G4_TMA_VARIANT(g4_tma::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
+    G4_TMA_VARIANT(g4_tma::Bf16Weights, 256, 4, 1, "tma bf16 128×256, 4 stages"),
+    G4_TMA_VARIANT(g4_tma::Bf16Weights, 128, 6, 2, "tma bf16 128×128, K in 2"),
 };
 
 int main() {
@@ -355,25 +362,25 @@ int main() {
         // `weights`: the e4m3 bytes with their scales, or the dequantised bf16 weights (no scales).
         const size_t most_partials = 4 * (size_t)m * n;
         float* partial = bench.alloc<float>(most_partials);
-        const CUtensorMap x_map_128 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, tma_gemm::BK, 128,
+        const CUtensorMap x_map_128 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, g4_tma::BK, 128,
                                                  CU_TENSOR_MAP_SWIZZLE_128B);
-        const CUtensorMap x_map_256 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, tma_gemm::BK, 256,
+        const CUtensorMap x_map_256 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, g4_tma::BK, 256,
                                                  CU_TENSOR_MAP_SWIZZLE_128B);
         auto tma = [&](const auto& variant, const void* weights, const float* scale) {
             typedef typename std::remove_reference<decltype(variant)>::type::Weights W;
-            const CUtensorMap w_map = tensor_map(W::MAP_TYPE, sizeof(typename W::Stored), weights, k, n, tma_gemm::BK,
-                                                 tma_gemm::BM, W::MAP_SWIZZLE);
+            const CUtensorMap w_map = tensor_map(W::MAP_TYPE, sizeof(typename W::Stored), weights, k, n, g4_tma::BK,
+                                                 g4_tma::BM, W::MAP_SWIZZLE);
             CHECK(cudaFuncSetAttribute(variant.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        variant.shared_bytes));
-            const dim3 grid((m + variant.rows - 1) / variant.rows, (n + tma_gemm::BM - 1) / tma_gemm::BM,
-                            variant.slices);
+            const int blocks = (m + variant.rows - 1) / variant.rows * ((n + g4_tma::BM - 1) / g4_tma::BM) *
+                               variant.slices;
             const CUtensorMap& x_map = variant.rows == 256 ? x_map_256 : x_map_128;
             const size_t count = (size_t)m * n;
             report(variant.path, timed([&](int) {
-                       variant.kernel<<<grid, tma_gemm::THREADS, variant.shared_bytes, bench.stream>>>(
-                           x_map, w_map, scale, y, partial, m, n, k);
+                       variant.kernel<<<blocks, g4_tma::THREADS, variant.shared_bytes, bench.stream>>>(
+                           x_map, w_map, scale, y, partial, m, n, k, variant.slices);
                        if (variant.slices > 1)
-                           tma_gemm::sum_splits<<<(count / 4 + 255) / 256, 256, 0, bench.stream>>>(
+                           g4_tma_gemm_sum_slices_bf16<<<(count / 4 + 255) / 256, 256, 0, bench.stream>>>(
                                partial, y, variant.slices, count);
                    }));
         };

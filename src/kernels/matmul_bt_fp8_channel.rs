@@ -1,7 +1,8 @@
 //! `matmul_bt_fp8_channel`: `Y = X · (W_e4m3 × scale[row])ᵀ`, the projection of an FP8 checkpoint
 //! whose weights stay e4m3 on the device. The composed arm materialises the dequantised weight on
 //! every call; the native arm decodes e4m3 in registers for decode's few rows (half of bf16's
-//! bytes read) and dequantises into a scratch weight for cuBLAS when there are many.
+//! bytes read); for many rows of bf16 on Hopper it widens e4m3 to bf16 on the way into the
+//! tensor cores (TMA + wgmma), and elsewhere dequantises into a scratch weight for cuBLAS.
 
 use super::check::{Builder, Case};
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
@@ -72,9 +73,109 @@ pub(super) fn one_row_gemv(k: usize) -> OneRowGemv {
     }
 }
 
+/// The Hopper GEMM (src/kernels/cuda/tma_gemm.cuh as fp8.cu instantiates it): blocks of 128 X
+/// rows by 128 weight rows, K in steps of 64, a producer warpgroup and two consumer ones; six
+/// stages of shared memory (X 128 × 64 bf16 and W 128 × 64 e4m3 each) with two 8-byte barriers
+/// each, and 1 KiB to align them.
+const TMA_TILE: usize = 128;
+const TMA_K_STEP: usize = 64;
+const TMA_WARPS: usize = 12;
+const TMA_STAGES: usize = 6;
+const TMA_SHARED_BYTES: u32 =
+    (TMA_STAGES * (TMA_TILE * TMA_K_STEP * 2 + TMA_TILE * TMA_K_STEP + 16) + 1024) as u32;
+/// At most this many slices of K, each at least this many steps of it (a slice fills and drains
+/// its pipeline and writes [m, n] f32 sums that a second launch adds).
+const TMA_MAX_K_SLICES: usize = 4;
+const TMA_MIN_STEPS_PER_SLICE: usize = 4;
+
+/// Slices of K for a GEMM of `tiles` output tiles and `k_steps` steps of K, one block a
+/// multiprocessor on `multiprocessors`: the count whose blocks finish soonest (waves of blocks
+/// × a block's steps), the fewest among equals. E4B at 512 rows on 132: q/k/v (96 tiles, 40
+/// steps) 4, o (80, 32) 3, down (80, 160) 3, gate/up (640, 40) 1.
+fn k_slices(tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
+    (1..=TMA_MAX_K_SLICES)
+        .filter(|&s| s == 1 || k_steps >= s * TMA_MIN_STEPS_PER_SLICE)
+        .min_by_key(|&s| {
+            (
+                (tiles * s).div_ceil(multiprocessors) * k_steps.div_ceil(s),
+                s,
+            )
+        })
+        .unwrap_or(1)
+}
+
+/// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the Hopper GEMM, where it runs:
+/// bf16 rows, K a multiple of 16 and N of 8, contiguous 16-byte aligned operands, compute
+/// capability 9.0 (its machine code is sm_90a's). `None` elsewhere.
+fn tma_gemm(rows: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Option<Tensor>> {
+    use super::native::{
+        elementwise, empty, launch, launch_with_shared, tensor_map, vector_aligned, warp_lanes,
+        Arg, Grid, Swizzle,
+    };
+    let (m, k) = rows.dims2()?;
+    let (n, weight_k) = weight.dims2()?;
+    let device = rows.device();
+    let runs = rows.dtype() == DType::BF16
+        && weight.dtype() == DType::F8E4M3
+        && weight_k == k
+        && k.is_multiple_of(16)
+        && n.is_multiple_of(8)
+        && rows.is_contiguous()
+        && weight.is_contiguous()
+        && vector_aligned(rows)
+        && vector_aligned(weight)
+        && crate::device::compute_capability(device) == Some((9, 0));
+    let Some(multiprocessors) = crate::device::multiprocessor_count(device).filter(|_| runs) else {
+        return Ok(None);
+    };
+    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
+    let tiles = m.div_ceil(TMA_TILE) * n.div_ceil(TMA_TILE);
+    let slices = k_slices(tiles, k.div_ceil(TMA_K_STEP), multiprocessors);
+    let x_map = tensor_map(rows, TMA_K_STEP, TMA_TILE, Swizzle::Bytes128)?;
+    let w_map = tensor_map(weight, TMA_K_STEP, TMA_TILE, Swizzle::Bytes64)?;
+    let y = empty((m, n), DType::BF16, device)?;
+    let partial = if slices > 1 {
+        Some(empty((slices, m, n), DType::F32, device)?)
+    } else {
+        None
+    };
+    launch_with_shared(
+        "g4_matmul_bt_fp8_channel_tma_bf16",
+        device,
+        Grid::of_warps(tiles * slices, TMA_WARPS, warp_lanes(device)),
+        TMA_SHARED_BYTES,
+        &[
+            Arg::TensorMap(&x_map),
+            Arg::TensorMap(&w_map),
+            Arg::Tensor(&scale),
+            Arg::Tensor(&y),
+            Arg::OptionalTensor(partial.as_ref()),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+            Arg::I32(slices as i32),
+        ],
+    )?;
+    if let Some(partial) = &partial {
+        launch(
+            "g4_tma_gemm_sum_slices_bf16",
+            device,
+            elementwise(m * n / 4),
+            &[
+                Arg::Tensor(partial),
+                Arg::Tensor(&y),
+                Arg::I32(slices as i32),
+                Arg::Usize(m * n),
+            ],
+        )?;
+    }
+    Ok(Some(y))
+}
+
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
-/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); otherwise the native dequantisation into a scratch weight of
-/// x's dtype and cuBLAS.
+/// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); more rows
+/// through the Hopper GEMM where it runs (`tma_gemm`); otherwise the native dequantisation into
+/// a scratch weight of x's dtype and cuBLAS.
 fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (rows, out_shape) = linear::rows_of(x, weight)?;
@@ -87,6 +188,9 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         && vector_aligned(&rows)
         && vector_aligned(&weight);
     if !gemv {
+        if let Some(y) = tma_gemm(&rows, &weight, scale)? {
+            return y.reshape(out_shape);
+        }
         let dense = dequant_fp8_channel::dequant_fp8_channel(&weight, scale, x.dtype())?;
         return linear::composed(x, &dense);
     }
@@ -191,9 +295,19 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M8 N64 K512",
     },
     ShapePath {
-        shapes: "more than 8 rows (prefill)",
+        shapes: "more than 8 rows of bf16 on compute capability 9.0, K a multiple of 16, N of 8",
+        path: "native TMA + wgmma GEMM: e4m3 widened to bf16 in registers on its way into the tensor cores",
+        case: "M160 N200 K160",
+    },
+    ShapePath {
+        shapes: "the same with too few tiles to fill the GPU, K of 8 steps of 64 or more",
+        path: "native TMA + wgmma GEMM over slices of K, their f32 sums added in order",
+        case: "M24 N48 K1024",
+    },
+    ShapePath {
+        shapes: "more than 8 rows (prefill) elsewhere: f32 or f16, another GPU, N not a multiple of 8",
         path: "native dequantisation into a scratch weight, then cuBLAS",
-        case: "M24 N48 K96",
+        case: "M24 N44 K96",
     },
     ShapePath {
         shapes: "K not a multiple of 16",
@@ -204,16 +318,20 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows (the GEMV: one row over a short and a long K, several rows, column counts no
-    // warp group or block divides), a prefill block, K off the 16-weight vectors, and last (the
-    // one `--perf` times) a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3
-    // outgrow the L2 cache.
+    // warp group or block divides), prefill blocks (the Hopper GEMM's, with tiles that rows and
+    // columns part-fill and a last step of K half filled; one over slices of K; one that takes
+    // the dequantisation everywhere), K off the 16-weight vectors, and last (the one `--perf`
+    // times) a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2
+    // cache.
     let shapes = [
         (1, 35, 32),
         (1, 131, 272),
         (1, 130, 4112),
         (3, 130, 272),
         (8, 64, 512),
-        (24, 48, 96),
+        (160, 200, 160),
+        (24, 48, 1024),
+        (24, 44, 96),
         (2, 17, 129),
         (1, 2560, 10240),
     ];
@@ -261,4 +379,34 @@ pub(super) fn fp8_matmul_cases_with(
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     Ok(vec![matmul_bt_fp8_channel_on(arm, f(0), c.raw(0), f(1))?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::k_slices;
+
+    #[test]
+    fn k_slices_fill_the_gpu_with_the_fewest_slices() {
+        // (tiles, steps of K, multiprocessors, slices): E4B's projections at 512 rows on an H100
+        // or H200 (132); q/k/v on a GPU of 114, where slices gain nothing; tiles enough already;
+        // K too short to cut, cut in 4, and in 3 where 4 would leave slices under 4 steps.
+        let table = [
+            (96, 40, 132, 4),
+            (80, 32, 132, 3),
+            (80, 160, 132, 3),
+            (640, 40, 132, 1),
+            (96, 40, 114, 1),
+            (264, 40, 132, 1),
+            (1, 7, 132, 1),
+            (1, 16, 132, 4),
+            (1, 12, 132, 3),
+        ];
+        for (tiles, steps, multiprocessors, want) in table {
+            assert_eq!(
+                k_slices(tiles, steps, multiprocessors),
+                want,
+                "{tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
+            );
+        }
+    }
 }

@@ -1,7 +1,7 @@
 //! The CUDA implementation behind the native seam: g4's kernels (src/kernels/cuda/*.cu,
 //! compiled to a fatbin by build.rs) launched on candle's stream, cuBLAS on candle's handle, output
 //! allocation and CUDA graph capture. Compiled only with `--features cuda`.
-use super::{Arg, Grid};
+use super::{Arg, Grid, Swizzle, TensorMap};
 use candle_core::cuda::cudarc::driver::{sys, CudaFunction, DevicePtr};
 use candle_core::cuda::{CudaStorage, CudaStorageSlice, WrapErr};
 use candle_core::op::BackpropOp;
@@ -110,6 +110,7 @@ pub fn launch(
         U32(u32),
         Usize(usize),
         F32(f32),
+        TensorMap(TensorMap),
     }
     let values = args
         .iter()
@@ -123,6 +124,7 @@ pub fn launch(
                 Arg::U32(v) => Value::U32(*v),
                 Arg::Usize(v) => Value::Usize(*v),
                 Arg::F32(v) => Value::F32(*v),
+                Arg::TensorMap(map) => Value::TensorMap(**map),
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -134,6 +136,7 @@ pub fn launch(
             Value::U32(v) => v as *const u32 as *mut c_void,
             Value::Usize(v) => v as *const usize as *mut c_void,
             Value::F32(v) => v as *const f32 as *mut c_void,
+            Value::TensorMap(map) => map as *const TensorMap as *mut c_void,
         })
         .collect();
     // Where the GPU has it, each g4 kernel may start while the one before it finishes: every
@@ -171,6 +174,62 @@ pub fn launch(
     .result()
     .w()?;
     Ok(())
+}
+
+/// The TMA descriptor of the contiguous matrix `t` (see [`super::tensor_map`]).
+pub fn tensor_map(
+    t: &Tensor,
+    box_inner: usize,
+    box_outer: usize,
+    swizzle: Swizzle,
+) -> Result<TensorMap> {
+    use sys::{
+        CUtensorMapDataType, CUtensorMapFloatOOBfill, CUtensorMapInterleave,
+        CUtensorMapL2promotion, CUtensorMapSwizzle,
+    };
+    let (outer, inner) = t.dims2()?;
+    let data_type = match t.dtype() {
+        DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F8E4M3 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        other => candle_core::bail!("no TMA descriptor for {other:?} matrices"),
+    };
+    let swizzle = match swizzle {
+        Swizzle::Bytes64 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
+        Swizzle::Bytes128 => CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    let dev = cuda_device(t.device())?;
+    let base = address(t, false, &dev.cuda_stream())?;
+    let dims = [inner as u64, outer as u64];
+    let pitch = [(inner * t.dtype().size_in_bytes()) as u64];
+    let boxes = [box_inner as u32, box_outer as u32];
+    let element_strides = [1u32, 1];
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: `map` is a writable descriptor; the arrays hold the rank's (2) dims, its one
+    // row pitch, box and element strides; `base` is the live tensor's device address.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            data_type,
+            2,
+            base as *mut c_void,
+            dims.as_ptr(),
+            pitch.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    }
+    .result()
+    .map_err(|e| {
+        candle_core::Error::Msg(format!(
+            "TMA descriptor of a [{outer}, {inner}] {:?} matrix, box {box_outer} × {box_inner}: {e}",
+            t.dtype()
+        ))
+    })?;
+    Ok(TensorMap(map.opaque))
 }
 
 /// Dynamic shared memory a kernel may take without raising its limit.

@@ -298,6 +298,43 @@ pub enum Arg<'a> {
     U32(u32),
     Usize(usize),
     F32(f32),
+    /// A TMA descriptor, passed by value (the kernel takes it as a `__grid_constant__`).
+    TensorMap(&'a TensorMap),
+}
+
+/// A TMA descriptor of a row-major matrix: CUDA's `CUtensorMap`, 128 opaque bytes made by
+/// [`tensor_map`] for the copy engine of Hopper and newer GPUs.
+#[derive(Clone, Copy)]
+#[repr(C, align(128))]
+pub struct TensorMap(pub [u64; 16]);
+
+/// How TMA lays a box's rows out in shared memory: 16-byte chunks of each row exchanged by row
+/// index within a span of 64 or 128 bytes, so that column reads do not share banks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Swizzle {
+    Bytes64,
+    Bytes128,
+}
+
+/// The TMA descriptor of the contiguous matrix `t` (`[outer, inner]`, bf16 or e4m3) copied in
+/// boxes of `box_outer` rows of `box_inner` elements, with `swizzle`; rows past the matrix's
+/// edge read as zeros.
+pub fn tensor_map(
+    t: &Tensor,
+    box_inner: usize,
+    box_outer: usize,
+    swizzle: Swizzle,
+) -> Result<TensorMap> {
+    match t.device() {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => cuda::tensor_map(t, box_inner, box_outer, swizzle),
+        device => {
+            let _ = (box_inner, box_outer, swizzle);
+            candle_core::bail!(
+                "TMA descriptors are CUDA's: no native backend of this build drives {device:?}"
+            )
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,9 +1,5 @@
-// A candidate for weight-only FP8 prefill (issue #17): Y[m, n] = X[m, k] · Wᵀ with W e4m3 and
-// one f32 scale per row, on Hopper's bf16 tensor cores, as a warp-specialised pipeline.
-// Stop 44's GEMM (fp8_wgmma_candidate.cuh, retired) copied its tiles with cp.async and a
-// __syncthreads a tile, and ran 2.1–4.1× slower than cuBLAS even over bf16 weights: its own
-// pipeline, not the widening, was the cost. This one is built the way Hopper GEMMs reach the
-// tensor cores' rate:
+// matmul_bt_fp8_channel for prefill's many rows of bf16 X on Hopper: Y[m, n] = X[m, k] · Wᵀ,
+// W e4m3 with one f32 scale per row, on the bf16 tensor cores, as a warp-specialised pipeline:
 //   - one producer warp issues TMA copies (X and W tiles, swizzled by the copy engine) into a
 //     ring of STAGES stages, each stage guarded by a "full" and an "empty" mbarrier;
 //   - two consumer warpgroups, 64 weight rows each, wait on "full", run their wgmmas, and free
@@ -13,25 +9,28 @@
 // wgmma's M is the weight rows (A), its N the rows of X (B, K-major through a 128-byte-swizzle
 // descriptor). With e4m3 weights A comes from registers: each consumer thread reads its A
 // fragment's bytes from the W tile (TMA's 64-byte swizzle keeps those reads free of bank
-// conflicts), widens them to f32, multiplies by the row's scale and rounds to bf16 — the same
-// bf16 weights g4's dequant_fp8_channel writes — while the tile before's wgmmas run. With bf16
-// weights (`Bf16Weights`, the pipeline measured against cuBLAS apart from the widening) A is
-// read from shared memory by descriptor.
+// conflicts), widens them to f32, multiplies by the row's scale and rounds to bf16 (the bf16
+// weights dequant_fp8_channel writes, so the product is dequantise-then-GEMM's up to the order
+// of the sums) while the tile before's wgmmas run. With bf16 weights (`Bf16Weights`, for
+// kernel-bench's comparison of the pipeline with cuBLAS) A is read by descriptor.
 // The epilogue goes through shared memory: stmatrix.trans turns the (weight row, X row)
-// fragments into rows of Y, which leave in 16-byte stores. For shapes with too few tiles to
-// fill the GPU, SPLIT runs gridDim.z slices of K, each writing f32 partial sums that
-// `tma_gemm_sum_splits` adds in a fixed order (deterministic, unlike atomics).
-// sm_90a only; nothing here has run yet (stop 51 had no GPU).
+// fragments into rows of Y, which leave in 16-byte stores. Where a GEMM has too few tiles to
+// fill the GPU, its K is cut into slices whose f32 partial sums `sum_slices` adds in a fixed
+// order (deterministic, unlike atomics).
+// Stop 44's GEMM (cp.async, a __syncthreads a tile) ran 2.1–4.1× slower than cuBLAS even over
+// bf16 weights: its pipeline, not the widening, was the cost.
+// sm_90a only: compiled for anything else, the kernel traps.
 #pragma once
+#if !defined(__HIPCC__)
 #include <cuda.h>
 #include <cuda_fp16.h>
-#include "../../src/kernels/cuda/g4_compat.cuh"
+#include "g4_compat.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define G4_TMA_GEMM 1
 #endif
 
-namespace tma_gemm {
+namespace g4_tma {
 
 constexpr int BM = 128;  // weight rows a block: two consumer warpgroups of 64
 constexpr int BK = 64;   // K a stage: 128 bytes of a bf16 row, the 128-byte swizzle's width
@@ -274,17 +273,20 @@ constexpr int shared_bytes() {
     return STAGES * Stage<W, BN>::BYTES + 2 * STAGES * 8 + 1024;
 }
 
-// Grid: (ceil(m / BN), ceil(n / 128), K slices); 384 threads; shared_bytes<W, BN, STAGES>().
-// x_map: X as bf16 [m, k], box 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in
-// W's type and swizzle. k % 16 == 0 (TMA's 16-byte row pitch; a partial last tile reads zeros),
-// n % 8 == 0 (whole 16-byte stores). Without SPLIT, Y is bf16 [m, n]; with it, slice z writes
-// its f32 sums to partial + z·m·n.
-template <typename W, int BN, int STAGES, bool SPLIT>
-__global__ void __launch_bounds__(THREADS, 1)
-    gemm(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-         const float* __restrict__ scale, g4_bf16* __restrict__ y, float* __restrict__ partial, int m, int n, int k) {
+// One block of the GEMM; the __global__ wrappers (fp8.cu, kernel-bench) are launched with
+// THREADS threads and shared_bytes<W, BN, STAGES>(), over a flat grid of ceil(m / BN) X tiles ×
+// ceil(n / 128) weight tiles × `slices` slices of K, X tiles fastest (the blocks that share a
+// weight tile run together, so it is read from memory once). x_map: X as bf16 [m, k], box
+// 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in W's type and swizzle. k % 16 == 0
+// (TMA's 16-byte row pitch; a partial last tile reads zeros), n % 8 == 0 (whole 16-byte stores).
+// With one slice Y is bf16 [m, n]; with more, slice z writes its f32 sums to partial + z·m·n.
+template <typename W, int BN, int STAGES>
+__device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUtensorMap* w_map,
+                                           const float* __restrict__ scale, g4_bf16* __restrict__ y,
+                                           float* __restrict__ partial, int m, int n, int k, int slices) {
     static_assert(BN == 128 || BN == 256, "wgmma's N: 128 or 256 rows of X");
     static_assert(2 * BN * 128 <= STAGES * Stage<W, BN>::BYTES, "the epilogue's tiles fit in the stages");
+#if defined(G4_TMA_GEMM)
     typedef Stage<W, BN> Tile;
     extern __shared__ uint8_t raw_shared[];
     uint8_t* shared = raw_shared + ((1024 - shared_address(raw_shared) % 1024) % 1024);
@@ -293,9 +295,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     auto x_tile = [&](int stage) { return shared + stage * Tile::BYTES; };
     auto w_tile = [&](int stage) { return shared + stage * Tile::BYTES + Tile::X_BYTES; };
 
-    const int m0 = blockIdx.x * BN, n0 = blockIdx.y * BM;
-    const int tiles = (k + BK - 1) / BK, per_slice = (tiles + gridDim.z - 1) / gridDim.z;
-    const int first_tile = blockIdx.z * per_slice, count = max(0, min(per_slice, tiles - first_tile));
+    const int x_tiles = (m + BN - 1) / BN, w_tiles = (n + BM - 1) / BM;
+    const int block = blockIdx.x, slice = block / (x_tiles * w_tiles);
+    const int m0 = block % x_tiles * BN, n0 = block / x_tiles % w_tiles * BM;
+    const int tiles = (k + BK - 1) / BK, per_slice = (tiles + slices - 1) / slices;
+    const int first_tile = slice * per_slice, count = max(0, min(per_slice, tiles - first_tile));
     const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
 
     if (tid == 0) {
@@ -304,9 +308,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             // One arrival from each consumer warp (8) once its wgmmas have read the stage.
             barrier_init(&empty[s], 8);
         }
-#if defined(G4_TMA_GEMM)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
     }
     __syncthreads();
 
@@ -320,8 +322,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                 barrier_wait(&empty[s], (i / STAGES + 1) % 2);
                 barrier_arrive_expecting(&full[s], Tile::BYTES);
                 const int k0 = (first_tile + i) * BK;
-                tma_load(x_tile(s), &x_map, k0, m0, &full[s]);
-                tma_load(w_tile(s), &w_map, k0, n0, &full[s]);
+                tma_load(x_tile(s), x_map, k0, m0, &full[s]);
+                tma_load(w_tile(s), w_map, k0, n0, &full[s]);
             }
         }
         return;
@@ -383,8 +385,8 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
     const int row_low = n0 + first_row + g, row_high = row_low + 8;
-    if constexpr (SPLIT) {
-        float* out = partial + (size_t)blockIdx.z * m * n;
+    if (slices > 1) {
+        float* out = partial + (size_t)slice * m * n;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
@@ -412,11 +414,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         // lane 8q + r names the address of its stored row r: X row 8(j + q / 2) + r.
         const int x_row = 8 * (j + q / 2) + r, chunk = 2 * warp + q % 2;
         const uint32_t address = shared_address(out_tile + x_row * 128 + 16 * (chunk ^ r));
-#if defined(G4_TMA_GEMM)
         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
                      "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                      : "memory");
-#endif
     }
     named_barrier(2 + consumer, 128);
     const int col0 = n0 + consumer * 64;
@@ -426,25 +426,31 @@ __global__ void __launch_bounds__(THREADS, 1)
             *reinterpret_cast<uint4*>(y + (size_t)(m0 + x_row) * n + col) =
                 *reinterpret_cast<const uint4*>(out_tile + x_row * 128 + 16 * (chunk ^ (x_row % 8)));
     }
+#else
+    __trap();
+#endif
 }
 
-// Y = the K slices' partial sums added in order, rounded to bf16; 4 values a thread.
-__global__ void sum_splits(const float* __restrict__ partial, g4_bf16* __restrict__ y, int splits, size_t count) {
-    const size_t i = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x);
-    if (i >= count) return;
-    float4 sum = *reinterpret_cast<const float4*>(partial + i);
-    for (int s = 1; s < splits; ++s) {
-        const float4 p = *reinterpret_cast<const float4*>(partial + s * count + i);
-        sum.x += p.x;
-        sum.y += p.y;
-        sum.z += p.z;
-        sum.w += p.w;
+// Y = the K slices' partial sums added in order, rounded to bf16; 4 values a thread, grid-stride.
+__device__ __forceinline__ void sum_slices(const float* __restrict__ partial, g4_bf16* __restrict__ y, int slices,
+                                           size_t count) {
+    const size_t stride = 4 * (size_t)gridDim.x * blockDim.x;
+    for (size_t i = 4 * ((size_t)blockIdx.x * blockDim.x + threadIdx.x); i < count; i += stride) {
+        float4 sum = *reinterpret_cast<const float4*>(partial + i);
+        for (int s = 1; s < slices; ++s) {
+            const float4 p = *reinterpret_cast<const float4*>(partial + s * count + i);
+            sum.x += p.x;
+            sum.y += p.y;
+            sum.z += p.z;
+            sum.w += p.w;
+        }
+        const __nv_bfloat162 low = __floats2bfloat162_rn(sum.x, sum.y), high = __floats2bfloat162_rn(sum.z, sum.w);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&low);
+        packed.y = *reinterpret_cast<const uint32_t*>(&high);
+        *reinterpret_cast<uint2*>(y + i) = packed;
     }
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(sum.x, sum.y), hi = __floats2bfloat162_rn(sum.z, sum.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(y + i) = packed;
 }
 
-}  // namespace tma_gemm
+}  // namespace g4_tma
+#endif
