@@ -20,12 +20,15 @@
 //               128, 6-stage one); and the same pipeline over the dequantised bf16 weights (how
 //               far the pipeline is from cuBLAS apart from the widening). Not yet run: stop 51
 //               had no GPU.
+// For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
+// prefill today) against the TMA GEMM with the product as its epilogue (g4's kernel).
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
 // are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
 #include <dlfcn.h>
 #include <cuda_fp8.h>
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
+#include "../../src/kernels/cuda/elementwise.cu"
 #include <cudaTypedefs.h>
 
 enum : int {
@@ -201,12 +204,12 @@ static CUtensorMap tensor_map(CUtensorMapDataType type, int element_bytes, const
     return map;
 }
 
-// tma_gemm.cuh's GEMM in one configuration: W's type, X rows a block, pipeline stages.
-template <typename W, int BN, int STAGES>
+// tma_gemm.cuh's GEMM in one configuration: W's type, X rows a block, pipeline stages, epilogue.
+template <typename W, int BN, int STAGES, bool GEGLU = false>
 __global__ void __launch_bounds__(g4_tma::THREADS, 1)
     tma_gemm_variant(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                      const float* scale, bf* y, float* partial, int m, int n, int k, int slices) {
-    g4_tma::gemm_block<W, BN, STAGES>(&x_map, &w_map, scale, y, partial, m, n, k, slices);
+    g4_tma::gemm_block<W, BN, STAGES, GEGLU>(&x_map, &w_map, scale, y, partial, m, n, k, slices);
 }
 
 // One configuration: kernel, X rows a block, shared memory, K slices, its name.
@@ -234,6 +237,8 @@ const TmaVariant<g4_tma::Bf16Weights> BF16_VARIANTS[] = {
 };
 
 int main() {
+    // Line by line, so that a path that hangs (a pipeline deadlock) is the one after the last line.
+    setvbuf(stdout, nullptr, _IOLBF, 0);
     Bench bench;
     Lt lt;
     if (!lt.load()) {
@@ -324,6 +329,39 @@ int main() {
             }
             printf("%-8s %-34s %10.1f %10.1f %12.2e %12.2e\n", shape.name, path, us, flops / us / 1e6,
                    sqrt(err2 / ref2), worst);
+            if (sqrt(err2 / ref2) > 1e-2) {
+                // Where a wrong result is wrong (a new kernel's first run is its only debugger):
+                // unwritten (NaN) share; wrong share (0–9) per checked row, per 8 columns of a
+                // 128-column tile, and per 128-column tile (first 32); the first few wrong values.
+                const double tolerance = 0.05 * sqrt(ref2 / got.size());
+                std::vector<int> by_row(checked_rows), by_lane(16), by_tile(32), seen_lane(16), seen_tile(32);
+                size_t unwritten = 0;
+                int shown = 0;
+                for (size_t i = 0; i < got.size(); ++i) {
+                    const int r = (int)(i / cols), c = (int)(i % cols);
+                    const double value = bf16_bits_to_float(got[i]);
+                    const bool wrong = !(fabs(value - expected[i]) <= tolerance);
+                    unwritten += std::isnan(value);
+                    by_row[r] += wrong;
+                    by_lane[c % 128 / 8] += wrong;
+                    ++seen_lane[c % 128 / 8];
+                    if (c / 128 < 32) by_tile[c / 128] += wrong, ++seen_tile[c / 128];
+                    if (wrong && shown < 6) {
+                        printf("         wrong: X row %d, column %d: %.5g, want %.5g\n", r * checked_stride, c, value,
+                               expected[i]);
+                        ++shown;
+                    }
+                }
+                auto digits = [](const std::vector<int>& wrong, const std::vector<int>& seen) {
+                    std::string s;
+                    for (size_t i = 0; i < wrong.size(); ++i)
+                        s += seen[i] ? (char)('0' + (9 * wrong[i] + seen[i] - 1) / seen[i]) : '.';
+                    return s;
+                };
+                printf("         unwritten %.3f; wrong by row %s, by column %% 128 / 8 %s, by 128-column tile %s\n",
+                       (double)unwritten / got.size(), digits(by_row, std::vector<int>(checked_rows, cols)).c_str(),
+                       digits(by_lane, seen_lane).c_str(), digits(by_tile, seen_tile).c_str());
+            }
         };
         auto report = [&](const char* path, double us) { check(path, us, y, want, n); };
         Gemm bf16_gemm(&lt, CUDA_R_16BF, m, n, k, nullptr, nullptr);
@@ -387,6 +425,73 @@ int main() {
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
         for (const auto& variant : BF16_VARIANTS) tma(variant, dense, nullptr);
+        if (std::string(shape.name) == "gate_up") {
+            // The MLP's gate/up projection and its GeGLU product. Expected: the f64 product.
+            const int d = n / 2;
+            std::vector<double> want_product(checked_rows * (size_t)d);
+            for (int r = 0; r < checked_rows; ++r)
+                for (int c = 0; c < d; ++c) {
+                    const double gate = want[r * (size_t)n + c], up = want[r * (size_t)n + d + c];
+                    want_product[r * (size_t)d + c] =
+                        0.5 * gate * (1.0 + tanh(0.7978845608028654 * gate * (1.0 + 0.044715 * gate * gate))) * up;
+                }
+            bf* product = bench.alloc<bf>(m * (size_t)d);
+            auto timed_product = [&](const std::function<void(int)>& launch) {
+                CHECK(cudaMemset(product, 0xFF, m * (size_t)d * 2));
+                return bench.graph_us(10, launch);
+            };
+            auto gelu_and_mul = [&] {
+                const int vectors = m * d / 8;
+                g4_gelu_and_mul_vec_bf16<<<(vectors + 255) / 256, 256, 0, bench.stream>>>(y, product, m, d);
+            };
+            if (bf16_gemm.status == 0) {
+                check("bf16 + gelu_and_mul", timed_product([&](int) {
+                          status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream);
+                          gelu_and_mul();
+                      }),
+                      product, want_product, d);
+                check("dequant + bf16 + gelu_and_mul", timed_product([&](int) {
+                          dequant();
+                          status |= bf16_gemm.run(dense, x_dev, y, 1.0f, 0.0f, bench.stream);
+                          gelu_and_mul();
+                      }),
+                      product, want_product, d);
+            }
+            const CUtensorMap w_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_dev, k, n, g4_tma::BK,
+                                                 g4_tma::BM, CU_TENSOR_MAP_SWIZZLE_64B);
+            const CUtensorMap w_halves = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_dev, k, n, g4_tma::BK,
+                                                    g4_tma::BM / 2, CU_TENSOR_MAP_SWIZZLE_64B);
+            const int shared = g4_tma::shared_bytes<g4_tma::E4m3Weights, 128, 6>();
+            CHECK(cudaFuncSetAttribute(g4_matmul_bt_fp8_channel_tma_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       shared));
+            CHECK(cudaFuncSetAttribute(g4_fp8_gelu_and_mul_tma_bf16, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       shared));
+            const int x_tiles = (m + 127) / 128;
+            check("tma e4m3 + gelu_and_mul", timed_product([&](int) {
+                      g4_matmul_bt_fp8_channel_tma_bf16<<<x_tiles * (n / 128), g4_tma::THREADS, shared, bench.stream>>>(
+                          x_map_128, w_map, w_scale_dev, y, nullptr, m, n, k, 1);
+                      gelu_and_mul();
+                  }),
+                  product, want_product, d);
+            check("tma e4m3, GeGLU epilogue (g4)", timed_product([&](int) {
+                      g4_fp8_gelu_and_mul_tma_bf16<<<x_tiles * (d / 64), g4_tma::THREADS, shared, bench.stream>>>(
+                          x_map_128, w_halves, w_scale_dev, product, m, n, k);
+                  }),
+                  product, want_product, d);
+            // The same epilogue over the dequantised bf16 weights: what a bf16 checkpoint's prefill
+            // could run in place of cuBLAS and gelu_and_mul.
+            auto bf16_geglu = tma_gemm_variant<g4_tma::Bf16Weights, 128, 6, true>;
+            const int bf16_shared = g4_tma::shared_bytes<g4_tma::Bf16Weights, 128, 6>();
+            CHECK(cudaFuncSetAttribute(bf16_geglu, cudaFuncAttributeMaxDynamicSharedMemorySize, bf16_shared));
+            const CUtensorMap dense_halves = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dense, k, n, g4_tma::BK,
+                                                        g4_tma::BM / 2, CU_TENSOR_MAP_SWIZZLE_128B);
+            check("tma bf16, GeGLU epilogue", timed_product([&](int) {
+                      bf16_geglu<<<x_tiles * (d / 64), g4_tma::THREADS, bf16_shared, bench.stream>>>(
+                          x_map_128, dense_halves, nullptr, product, nullptr, m, n, k, 1);
+                  }),
+                  product, want_product, d);
+            CHECK(cudaFree(product));
+        }
         CHECK(cudaFree(partial));
         auto split = [&] {
             split_rows<<<m, 256, 0, bench.stream>>>(x_dev, hi, lo, x_scale, k);

@@ -91,8 +91,9 @@ const GEMV_MAX_ROWS: usize = 8;
 
 /// CUDA arm: up to 8 rows, `linear`'s (or `matmul_bt_fp8_channel`'s) GEMV with the same sums in
 /// the same order and the GeGLU product as its epilogue (src/kernels/cuda/gemv.cuh, instantiated
-/// in linear_gelu_mul.cu), so it rounds exactly as the two launches it replaces; otherwise those
-/// two launches.
+/// in linear_gelu_mul.cu), so it rounds exactly as the two launches it replaces; more rows of a
+/// packed e4m3 weight through `matmul_bt_fp8_channel`'s Hopper GEMM with the product as its
+/// epilogue where that runs; otherwise those two launches.
 fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (w, scale, per_vector) = match weights {
@@ -118,6 +119,15 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
             Up::Given(up) => up.elem_count() == m * n && up.dtype() == x.dtype(),
         };
     if !fits {
+        if let (Weights::Fp8 { weight, scale }, Up::Packed, true) = (weights, up, m > GEMV_MAX_ROWS)
+        {
+            let (rows, weight) = (rows.contiguous()?, weight.contiguous()?);
+            let epilogue = matmul_bt_fp8_channel::Epilogue::GeluAndMul;
+            if let Some(out) = matmul_bt_fp8_channel::tma_gemm(&rows, &weight, scale, epilogue)? {
+                *out_shape.last_mut().expect("rows_of appends N") = d;
+                return out.reshape(out_shape);
+            }
+        }
         return unfused(x, weights, up);
     }
     let (rows, w) = (rows.contiguous()?, w.contiguous()?);
@@ -297,7 +307,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M3 D65 K264 packed dense",
     },
     ShapePath {
-        shapes: "more than 8 rows (prefill)",
+        shapes: "more than 8 rows of bf16, packed e4m3 weights, compute capability 9.0, D a multiple of 8, K of 16, K in one slice",
+        path: "matmul_bt_fp8_channel's TMA + wgmma GEMM with the GeGLU product as its epilogue",
+        case: "M160 D200 K160 packed e4m3",
+    },
+    ShapePath {
+        shapes: "more than 8 rows (prefill) otherwise",
         path: "unfused: `linear` or `matmul_bt_fp8_channel`, then `gelu_and_mul` or `gelu_mul`",
         case: "M24 D24 K96 packed dense",
     },
@@ -314,7 +329,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // packed and 2 or 4 given: 31 and 37 leave a partial group; fewer outputs would make the
     // error metric noisy), the
     // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
-    // gate/up in e4m3, 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
+    // gate/up in e4m3, a prefill block of packed e4m3 (the Hopper GEMM's GeGLU epilogue, its
+    // tiles part-filled), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
     // outgrow the L2 cache.
     let shapes = [
         (1, 5, 64, true, false),
@@ -325,6 +341,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 40, 256, true, true),
         (5, 33, 512, false, true),
         (24, 16, 96, false, true),
+        (160, 200, 160, true, true),
         (1, 45, 96, true, true),
         (1, 31, 272, false, true),
         (1, 31, 4112, true, true),

@@ -104,10 +104,26 @@ fn k_slices(tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// What the Hopper GEMM writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Epilogue {
+    /// The projection `[m, n]`.
+    Plain,
+    /// `weight` is an MLP's packed [gate ‖ up] (n = 2d rows): `gelu_tanh(gate) ⊙ up [m, d]`,
+    /// rounded as the projection followed by `gelu_and_mul` rounds. One slice of K only.
+    GeluAndMul,
+}
+
 /// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the Hopper GEMM, where it runs:
-/// bf16 rows, K a multiple of 16 and N of 8, contiguous 16-byte aligned operands, compute
-/// capability 9.0 (its machine code is sm_90a's). `None` elsewhere.
-fn tma_gemm(rows: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Option<Tensor>> {
+/// bf16 rows, K a multiple of 16 and the outputs of 8, contiguous 16-byte aligned operands,
+/// compute capability 9.0 (its machine code is sm_90a's); with the GeGLU epilogue, where K needs
+/// no slices. `None` elsewhere.
+pub(super) fn tma_gemm(
+    rows: &Tensor,
+    weight: &Tensor,
+    scale: &Tensor,
+    epilogue: Epilogue,
+) -> Result<Option<Tensor>> {
     use super::native::{
         elementwise, empty, launch, launch_with_shared, tensor_map, vector_aligned, warp_lanes,
         Arg, Grid, Swizzle,
@@ -115,11 +131,17 @@ fn tma_gemm(rows: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Option<Ten
     let (m, k) = rows.dims2()?;
     let (n, weight_k) = weight.dims2()?;
     let device = rows.device();
+    // A block's outputs: 128 weight rows' own, or 64 gate rows' and their up rows' product.
+    let (outputs, outputs_per_block, kernel) = match epilogue {
+        Epilogue::Plain => (n, TMA_TILE, "g4_matmul_bt_fp8_channel_tma_bf16"),
+        Epilogue::GeluAndMul => (n / 2, TMA_TILE / 2, "g4_fp8_gelu_and_mul_tma_bf16"),
+    };
     let runs = rows.dtype() == DType::BF16
         && weight.dtype() == DType::F8E4M3
         && weight_k == k
         && k.is_multiple_of(16)
-        && n.is_multiple_of(8)
+        && outputs.is_multiple_of(8)
+        && (epilogue == Epilogue::Plain || n.is_multiple_of(2))
         && rows.is_contiguous()
         && weight.is_contiguous()
         && vector_aligned(rows)
@@ -128,34 +150,36 @@ fn tma_gemm(rows: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Option<Ten
     let Some(multiprocessors) = crate::device::multiprocessor_count(device).filter(|_| runs) else {
         return Ok(None);
     };
-    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
-    let tiles = m.div_ceil(TMA_TILE) * n.div_ceil(TMA_TILE);
+    let tiles = m.div_ceil(TMA_TILE) * outputs.div_ceil(outputs_per_block);
     let slices = k_slices(tiles, k.div_ceil(TMA_K_STEP), multiprocessors);
+    if epilogue == Epilogue::GeluAndMul && slices > 1 {
+        return Ok(None);
+    }
+    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let x_map = tensor_map(rows, TMA_K_STEP, TMA_TILE, Swizzle::Bytes128)?;
-    let w_map = tensor_map(weight, TMA_K_STEP, TMA_TILE, Swizzle::Bytes64)?;
-    let y = empty((m, n), DType::BF16, device)?;
+    // The packed weight's gate and up rows arrive as two boxes of 64.
+    let w_map = tensor_map(weight, TMA_K_STEP, outputs_per_block, Swizzle::Bytes64)?;
+    let y = empty((m, outputs), DType::BF16, device)?;
     let partial = if slices > 1 {
         Some(empty((slices, m, n), DType::F32, device)?)
     } else {
         None
     };
-    launch_with_shared(
-        "g4_matmul_bt_fp8_channel_tma_bf16",
-        device,
-        Grid::of_warps(tiles * slices, TMA_WARPS, warp_lanes(device)),
-        TMA_SHARED_BYTES,
-        &[
-            Arg::TensorMap(&x_map),
-            Arg::TensorMap(&w_map),
-            Arg::Tensor(&scale),
-            Arg::Tensor(&y),
-            Arg::OptionalTensor(partial.as_ref()),
-            Arg::I32(m as i32),
-            Arg::I32(n as i32),
-            Arg::I32(k as i32),
-            Arg::I32(slices as i32),
-        ],
-    )?;
+    let grid = Grid::of_warps(tiles * slices, TMA_WARPS, warp_lanes(device));
+    let mut args = vec![
+        Arg::TensorMap(&x_map),
+        Arg::TensorMap(&w_map),
+        Arg::Tensor(&scale),
+        Arg::Tensor(&y),
+    ];
+    if epilogue == Epilogue::Plain {
+        args.push(Arg::OptionalTensor(partial.as_ref()));
+    }
+    args.extend([Arg::I32(m as i32), Arg::I32(n as i32), Arg::I32(k as i32)]);
+    if epilogue == Epilogue::Plain {
+        args.push(Arg::I32(slices as i32));
+    }
+    launch_with_shared(kernel, device, grid, TMA_SHARED_BYTES, &args)?;
     if let Some(partial) = &partial {
         launch(
             "g4_tma_gemm_sum_slices_bf16",
@@ -188,7 +212,7 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         && vector_aligned(&rows)
         && vector_aligned(&weight);
     if !gemv {
-        if let Some(y) = tma_gemm(&rows, &weight, scale)? {
+        if let Some(y) = tma_gemm(&rows, &weight, scale, Epilogue::Plain)? {
             return y.reshape(out_shape);
         }
         let dense = dequant_fp8_channel::dequant_fp8_channel(&weight, scale, x.dtype())?;

@@ -209,6 +209,15 @@ extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
     g4_tma::gemm_block<g4_tma::E4m3Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES>(&x_map, &w_map, scale, y, partial, m,
                                                                                   n, k, slices);
 }
+// The same GEMM over an MLP's packed [gate ‖ up] e4m3 weight (n = 2d rows), the GeGLU product as
+// its epilogue: y [m, d], rounded as the GEMM followed by gelu_and_mul rounds; one slice of K.
+extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
+    g4_fp8_gelu_and_mul_tma_bf16(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
+                                 const float* scale, g4_bf16* y, int m, int n, int k) {
+    G4_KERNEL_START();
+    g4_tma::gemm_block<g4_tma::E4m3Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES, true>(&x_map, &w_map, scale, y,
+                                                                                        nullptr, m, n, k, 1);
+}
 // Y = the K slices' f32 partial sums, added in order and rounded to bf16 (count % 4 == 0).
 extern "C" __global__ void g4_tma_gemm_sum_slices_bf16(const float* partial, g4_bf16* y, int slices, size_t count) {
     G4_KERNEL_START();

@@ -280,7 +280,11 @@ constexpr int shared_bytes() {
 // 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in W's type and swizzle. k % 16 == 0
 // (TMA's 16-byte row pitch; a partial last tile reads zeros), n % 8 == 0 (whole 16-byte stores).
 // With one slice Y is bf16 [m, n]; with more, slice z writes its f32 sums to partial + z·m·n.
-template <typename W, int BN, int STAGES>
+// GEGLU (one slice): W is an MLP's packed [gate ‖ up] (n = 2d rows, w_map's box 64 × 64) and Y
+// [m, d] = gelu_tanh(X·gateᵀ) ⊙ X·upᵀ, rounded as the GEMM and then gelu_and_mul round (each
+// projection to bf16, the GeLU to bf16, the product): a block's first consumer warpgroup takes 64
+// outputs' gate rows, its second their up rows.
+template <typename W, int BN, int STAGES, bool GEGLU = false>
 __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUtensorMap* w_map,
                                            const float* __restrict__ scale, g4_bf16* __restrict__ y,
                                            float* __restrict__ partial, int m, int n, int k, int slices) {
@@ -295,9 +299,12 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     auto x_tile = [&](int stage) { return shared + stage * Tile::BYTES; };
     auto w_tile = [&](int stage) { return shared + stage * Tile::BYTES + Tile::X_BYTES; };
 
-    const int x_tiles = (m + BN - 1) / BN, w_tiles = (n + BM - 1) / BM;
+    // A block's outputs: 128 weight rows' own, or 64 gate and up rows' products.
+    constexpr int OUTPUTS = GEGLU ? BM / 2 : BM;
+    const int outputs = GEGLU ? n / 2 : n;
+    const int x_tiles = (m + BN - 1) / BN, w_tiles = (outputs + OUTPUTS - 1) / OUTPUTS;
     const int block = blockIdx.x, slice = block / (x_tiles * w_tiles);
-    const int m0 = block % x_tiles * BN, n0 = block / x_tiles % w_tiles * BM;
+    const int m0 = block % x_tiles * BN, n0 = block / x_tiles % w_tiles * OUTPUTS;
     const int tiles = (k + BK - 1) / BK, per_slice = (tiles + slices - 1) / slices;
     const int first_tile = slice * per_slice, count = max(0, min(per_slice, tiles - first_tile));
     const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
@@ -324,6 +331,7 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
                 const int k0 = (first_tile + i) * BK;
                 tma_load(x_tile(s), x_map, k0, m0, &full[s]);
                 tma_load(w_tile(s), w_map, k0, n0, &full[s]);
+                if constexpr (GEGLU) tma_load(w_tile(s) + W::TILE_BYTES / 2, w_map, k0, outputs + n0, &full[s]);
             }
         }
         return;
@@ -331,10 +339,13 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
 
     set_registers_up<CONSUMER_REGISTERS>();
     const int consumer = warpgroup - 1, warp = tid % 128 / 32, g = lane / 4, t = lane % 4;
-    // This warp's first A row in a W tile: its warpgroup's 64 rows, then its 16.
+    // This warp's first A row in a W tile: its warpgroup's 64 rows, then its 16; the weight
+    // rows behind the warpgroup's, and the end of their range.
     const int first_row = consumer * 64 + warp * 16;
-    const float scale_low = W::row_scale(scale, n0 + first_row + g, n);
-    const float scale_high = W::row_scale(scale, n0 + first_row + g + 8, n);
+    const int group_row = GEGLU ? consumer * outputs + n0 : n0 + consumer * 64;
+    const int group_end = GEGLU ? (consumer + 1) * outputs : n;
+    const float scale_low = W::row_scale(scale, group_row + warp * 16 + g, group_end);
+    const float scale_high = W::row_scale(scale, group_row + warp * 16 + g + 8, group_end);
 
     float d[BN / 2];
 #pragma unroll
@@ -384,8 +395,8 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     for (int r = 0; r < BN / 2; ++r) hold(d[r]);
 
     // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
-    const int row_low = n0 + first_row + g, row_high = row_low + 8;
-    if (slices > 1) {
+    const int row_low = group_row + warp * 16 + g, row_high = row_low + 8;
+    if (!GEGLU && slices > 1) {
         float* out = partial + (size_t)slice * m * n;
 #pragma unroll
         for (int j = 0; j < BN / 8; ++j)
@@ -417,6 +428,31 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
         asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
                      "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
                      : "memory");
+    }
+    if constexpr (GEGLU) {
+        // Both halves written: each output's gate (the first warpgroup's tile) and up (the
+        // second's), by all 256 consumer threads.
+        named_barrier(1, 256);
+        const uint8_t *gate_tile = shared, *up_tile = shared + BN * 128;
+        for (int c = tid - 128; c < BN * 8; c += 256) {
+            const int x_row = c / 8, chunk = c % 8, col = n0 + 8 * chunk;
+            if (m0 + x_row >= m || col >= outputs) continue;
+            const int offset = x_row * 128 + 16 * (chunk ^ (x_row % 8));
+            const uint4 gate = *reinterpret_cast<const uint4*>(gate_tile + offset);
+            const uint4 up = *reinterpret_cast<const uint4*>(up_tile + offset);
+            const __nv_bfloat162* gates = reinterpret_cast<const __nv_bfloat162*>(&gate);
+            const __nv_bfloat162* ups = reinterpret_cast<const __nv_bfloat162*>(&up);
+            uint4 product;
+            __nv_bfloat162* products = reinterpret_cast<__nv_bfloat162*>(&product);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 g2 = __bfloat1622float2(gates[e]), u2 = __bfloat1622float2(ups[e]);
+                products[e] = __floats2bfloat162_rn(g4_round<g4_bf16>(g4_gelu_tanh(g2.x)) * u2.x,
+                                                    g4_round<g4_bf16>(g4_gelu_tanh(g2.y)) * u2.y);
+            }
+            *reinterpret_cast<uint4*>(y + (size_t)(m0 + x_row) * outputs + col) = product;
+        }
+        return;
     }
     named_barrier(2 + consumer, 128);
     const int col0 = n0 + consumer * 64;
