@@ -1,7 +1,8 @@
-// Issue #17's prefill question at E4B's projection shapes (512 tokens): what a GEMM over e4m3
-// weights with one f32 scale per row costs, against bf16's cuBLAS GEMM on the same weights
-// dequantised once (what a bf16 checkpoint runs). Paths, each timed as a CUDA graph and checked
-// against an f64 product of the exact e4m3 weights and bf16 inputs (16 rows, every column):
+// Issue #17's prefill question at E4B's projection shapes (512 tokens; and 31B's MLP gate/up):
+// what a GEMM over e4m3 weights with one f32 scale per row costs, against bf16's cuBLAS GEMM on
+// the same weights dequantised once (what a bf16 checkpoint runs). Paths, each timed as a CUDA
+// graph and checked against an f64 product of the exact e4m3 weights and bf16 inputs (16 rows,
+// every column):
 //   bf16        cuBLASLt bf16 GEMM on pre-dequantised weights (the bf16 checkpoint's cost)
 //   dequant     g4's dequant_fp8_channel into a scratch weight, then the bf16 GEMM (g4 today)
 //   fp8 x2      X split per row into two e4m3 terms (hi + lo/16, exact for bf16 inputs over
@@ -28,6 +29,7 @@
 #include <cuda_fp8.h>
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
+#include "../../src/kernels/cuda/tma_gemm.cu"
 #include "../../src/kernels/cuda/elementwise.cu"
 #include <cudaTypedefs.h>
 
@@ -249,8 +251,9 @@ int main() {
     // (r % 8) is among them.
     const int m = 512, checked_rows = 16, checked_stride = 33;
     printf("%-8s %-34s %10s %10s %12s %12s\n", "proj", "path", "µs", "TFLOP/s", "rel RMS err", "max rel err");
+    // E4B's projections, and 31B's MLP gate/up (its prefill's largest GEMM).
     for (const Shape shape : {Shape{"qkv", 3072, 2560}, Shape{"o", 2560, 2048}, Shape{"gate_up", 20480, 2560},
-                              Shape{"down", 2560, 10240}}) {
+                              Shape{"down", 2560, 10240}, Shape{"gu_31b", 43008, 5376}}) {
         const int n = shape.n, k = shape.k;
         // Weights: every finite e4m3 value equally likely; scales as a checkpoint's (≈ 1/448 of a
         // row's range); inputs: bf16 normals with a few 30× outlier columns, as after a norm.
@@ -425,7 +428,7 @@ int main() {
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
         for (const auto& variant : BF16_VARIANTS) tma(variant, dense, nullptr);
-        if (std::string(shape.name) == "gate_up") {
+        if (std::string(shape.name) == "gate_up" || std::string(shape.name) == "gu_31b") {
             // The MLP's gate/up projection and its GeGLU product. Expected: the f64 product.
             const int d = n / 2;
             std::vector<double> want_product(checked_rows * (size_t)d);

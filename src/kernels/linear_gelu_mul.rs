@@ -9,7 +9,7 @@ use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
 use super::native::Grid;
 use super::{
     arm_for, dequant_fp8_channel, gelu_and_mul, gelu_mul, linear, matmul_bt_fp8_channel, reference,
-    Arm, Op,
+    tma_gemm, Arm, Op,
 };
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
@@ -92,8 +92,8 @@ const GEMV_MAX_ROWS: usize = 8;
 /// CUDA arm: up to 8 rows, `linear`'s (or `matmul_bt_fp8_channel`'s) GEMV with the same sums in
 /// the same order and the GeGLU product as its epilogue (src/kernels/cuda/gemv.cuh, instantiated
 /// in linear_gelu_mul.cu), so it rounds exactly as the two launches it replaces; more rows of a
-/// packed e4m3 weight through `matmul_bt_fp8_channel`'s Hopper GEMM with the product as its
-/// epilogue where that runs; otherwise those two launches.
+/// packed weight through the Hopper GEMM (`tma_gemm`) with the product as its epilogue where that
+/// runs; otherwise those two launches.
 fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
     use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg};
     let (w, scale, per_vector) = match weights {
@@ -119,11 +119,13 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
             Up::Given(up) => up.elem_count() == m * n && up.dtype() == x.dtype(),
         };
     if !fits {
-        if let (Weights::Fp8 { weight, scale }, Up::Packed, true) = (weights, up, m > GEMV_MAX_ROWS)
-        {
-            let (rows, weight) = (rows.contiguous()?, weight.contiguous()?);
-            let epilogue = matmul_bt_fp8_channel::Epilogue::GeluAndMul;
-            if let Some(out) = matmul_bt_fp8_channel::tma_gemm(&rows, &weight, scale, epilogue)? {
+        if let (Up::Packed, true) = (up, m > GEMV_MAX_ROWS) {
+            let (rows, w) = (rows.contiguous()?, w.contiguous()?);
+            let weights = match scale {
+                Some(scale) => tma_gemm::Weights::E4m3 { weight: &w, scale },
+                None => tma_gemm::Weights::Bf16(&w),
+            };
+            if let Some(out) = tma_gemm::gemm(&rows, weights, tma_gemm::Epilogue::GeluAndMul)? {
                 *out_shape.last_mut().expect("rows_of appends N") = d;
                 return out.reshape(out_shape);
             }
@@ -308,8 +310,13 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "more than 8 rows of bf16, packed e4m3 weights, compute capability 9.0, D a multiple of 8, K of 16, K in one slice",
-        path: "matmul_bt_fp8_channel's TMA + wgmma GEMM with the GeGLU product as its epilogue",
+        path: "the TMA + wgmma GEMM (tma_gemm) widening e4m3 in registers, the GeGLU product as its epilogue",
         case: "M160 D200 K160 packed e4m3",
+    },
+    ShapePath {
+        shapes: "the same with packed bf16 weights",
+        path: "the TMA + wgmma GEMM (tma_gemm), the GeGLU product as its epilogue",
+        case: "M160 D200 K160 packed dense",
     },
     ShapePath {
         shapes: "more than 8 rows (prefill) otherwise",
@@ -329,8 +336,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // packed and 2 or 4 given: 31 and 37 leave a partial group; fewer outputs would make the
     // error metric noisy), the
     // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
-    // gate/up in e4m3, a prefill block of packed e4m3 (the Hopper GEMM's GeGLU epilogue, its
-    // tiles part-filled), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
+    // gate/up in e4m3, prefill blocks of packed e4m3 and bf16 (the Hopper GEMM's GeGLU epilogue,
+    // its tiles part-filled), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
     // outgrow the L2 cache.
     let shapes = [
         (1, 5, 64, true, false),
@@ -342,6 +349,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (5, 33, 512, false, true),
         (24, 16, 96, false, true),
         (160, 200, 160, true, true),
+        (160, 200, 160, true, false),
         (1, 45, 96, true, true),
         (1, 31, 272, false, true),
         (1, 31, 4112, true, true),

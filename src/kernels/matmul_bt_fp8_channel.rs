@@ -6,7 +6,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{gemm_flops, Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-use super::{arm_for, dequant_fp8_channel, linear, reference, Arm, Op};
+use super::{arm_for, dequant_fp8_channel, linear, reference, tma_gemm, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
@@ -73,129 +73,6 @@ pub(super) fn one_row_gemv(k: usize) -> OneRowGemv {
     }
 }
 
-/// The Hopper GEMM (src/kernels/cuda/tma_gemm.cuh as fp8.cu instantiates it): blocks of 128 X
-/// rows by 128 weight rows, K in steps of 64, a producer warpgroup and two consumer ones; six
-/// stages of shared memory (X 128 × 64 bf16 and W 128 × 64 e4m3 each) with two 8-byte barriers
-/// each, and 1 KiB to align them.
-const TMA_TILE: usize = 128;
-const TMA_K_STEP: usize = 64;
-const TMA_WARPS: usize = 12;
-const TMA_STAGES: usize = 6;
-const TMA_SHARED_BYTES: u32 =
-    (TMA_STAGES * (TMA_TILE * TMA_K_STEP * 2 + TMA_TILE * TMA_K_STEP + 16) + 1024) as u32;
-/// At most this many slices of K, each at least this many steps of it (a slice fills and drains
-/// its pipeline and writes [m, n] f32 sums that a second launch adds).
-const TMA_MAX_K_SLICES: usize = 4;
-const TMA_MIN_STEPS_PER_SLICE: usize = 4;
-
-/// Slices of K for a GEMM of `tiles` output tiles and `k_steps` steps of K, one block a
-/// multiprocessor on `multiprocessors`: the count whose blocks finish soonest (waves of blocks
-/// × a block's steps), the fewest among equals. E4B at 512 rows on 132: q/k/v (96 tiles, 40
-/// steps) 4, o (80, 32) 3, down (80, 160) 3, gate/up (640, 40) 1.
-fn k_slices(tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
-    (1..=TMA_MAX_K_SLICES)
-        .filter(|&s| s == 1 || k_steps >= s * TMA_MIN_STEPS_PER_SLICE)
-        .min_by_key(|&s| {
-            (
-                (tiles * s).div_ceil(multiprocessors) * k_steps.div_ceil(s),
-                s,
-            )
-        })
-        .unwrap_or(1)
-}
-
-/// What the Hopper GEMM writes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Epilogue {
-    /// The projection `[m, n]`.
-    Plain,
-    /// `weight` is an MLP's packed [gate ‖ up] (n = 2d rows): `gelu_tanh(gate) ⊙ up [m, d]`,
-    /// rounded as the projection followed by `gelu_and_mul` rounds. One slice of K only.
-    GeluAndMul,
-}
-
-/// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the Hopper GEMM, where it runs:
-/// bf16 rows, K a multiple of 16 and the outputs of 8, contiguous 16-byte aligned operands,
-/// compute capability 9.0 (its machine code is sm_90a's); with the GeGLU epilogue, where K needs
-/// no slices. `None` elsewhere.
-pub(super) fn tma_gemm(
-    rows: &Tensor,
-    weight: &Tensor,
-    scale: &Tensor,
-    epilogue: Epilogue,
-) -> Result<Option<Tensor>> {
-    use super::native::{
-        elementwise, empty, launch, launch_with_shared, tensor_map, vector_aligned, warp_lanes,
-        Arg, Grid, Swizzle,
-    };
-    let (m, k) = rows.dims2()?;
-    let (n, weight_k) = weight.dims2()?;
-    let device = rows.device();
-    // A block's outputs: 128 weight rows' own, or 64 gate rows' and their up rows' product.
-    let (outputs, outputs_per_block, kernel) = match epilogue {
-        Epilogue::Plain => (n, TMA_TILE, "g4_matmul_bt_fp8_channel_tma_bf16"),
-        Epilogue::GeluAndMul => (n / 2, TMA_TILE / 2, "g4_fp8_gelu_and_mul_tma_bf16"),
-    };
-    let runs = rows.dtype() == DType::BF16
-        && weight.dtype() == DType::F8E4M3
-        && weight_k == k
-        && k.is_multiple_of(16)
-        && outputs.is_multiple_of(8)
-        && (epilogue == Epilogue::Plain || n.is_multiple_of(2))
-        && rows.is_contiguous()
-        && weight.is_contiguous()
-        && vector_aligned(rows)
-        && vector_aligned(weight)
-        && crate::device::compute_capability(device) == Some((9, 0));
-    let Some(multiprocessors) = crate::device::multiprocessor_count(device).filter(|_| runs) else {
-        return Ok(None);
-    };
-    let tiles = m.div_ceil(TMA_TILE) * outputs.div_ceil(outputs_per_block);
-    let slices = k_slices(tiles, k.div_ceil(TMA_K_STEP), multiprocessors);
-    if epilogue == Epilogue::GeluAndMul && slices > 1 {
-        return Ok(None);
-    }
-    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
-    let x_map = tensor_map(rows, TMA_K_STEP, TMA_TILE, Swizzle::Bytes128)?;
-    // The packed weight's gate and up rows arrive as two boxes of 64.
-    let w_map = tensor_map(weight, TMA_K_STEP, outputs_per_block, Swizzle::Bytes64)?;
-    let y = empty((m, outputs), DType::BF16, device)?;
-    let partial = if slices > 1 {
-        Some(empty((slices, m, n), DType::F32, device)?)
-    } else {
-        None
-    };
-    let grid = Grid::of_warps(tiles * slices, TMA_WARPS, warp_lanes(device));
-    let mut args = vec![
-        Arg::TensorMap(&x_map),
-        Arg::TensorMap(&w_map),
-        Arg::Tensor(&scale),
-        Arg::Tensor(&y),
-    ];
-    if epilogue == Epilogue::Plain {
-        args.push(Arg::OptionalTensor(partial.as_ref()));
-    }
-    args.extend([Arg::I32(m as i32), Arg::I32(n as i32), Arg::I32(k as i32)]);
-    if epilogue == Epilogue::Plain {
-        args.push(Arg::I32(slices as i32));
-    }
-    launch_with_shared(kernel, device, grid, TMA_SHARED_BYTES, &args)?;
-    if let Some(partial) = &partial {
-        launch(
-            "g4_tma_gemm_sum_slices_bf16",
-            device,
-            elementwise(m * n / 4),
-            &[
-                Arg::Tensor(partial),
-                Arg::Tensor(&y),
-                Arg::I32(slices as i32),
-                Arg::Usize(m * n),
-            ],
-        )?;
-    }
-    Ok(Some(y))
-}
-
 /// CUDA arm: up to 8 rows, `linear`'s GEMV with e4m3 weights decoded in registers
 /// (src/kernels/cuda/gemv.cuh, instantiated in fp8.cu; `linear`'s launch geometry); more rows
 /// through the Hopper GEMM where it runs (`tma_gemm`); otherwise the native dequantisation into
@@ -212,7 +89,11 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         && vector_aligned(&rows)
         && vector_aligned(&weight);
     if !gemv {
-        if let Some(y) = tma_gemm(&rows, &weight, scale, Epilogue::Plain)? {
+        let weights = tma_gemm::Weights::E4m3 {
+            weight: &weight,
+            scale,
+        };
+        if let Some(y) = tma_gemm::gemm(&rows, weights, tma_gemm::Epilogue::Plain)? {
             return y.reshape(out_shape);
         }
         let dense = dequant_fp8_channel::dequant_fp8_channel(&weight, scale, x.dtype())?;
@@ -403,34 +284,4 @@ pub(super) fn fp8_matmul_cases_with(
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let f = |i| c.float(i);
     Ok(vec![matmul_bt_fp8_channel_on(arm, f(0), c.raw(0), f(1))?])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::k_slices;
-
-    #[test]
-    fn k_slices_fill_the_gpu_with_the_fewest_slices() {
-        // (tiles, steps of K, multiprocessors, slices): E4B's projections at 512 rows on an H100
-        // or H200 (132); q/k/v on a GPU of 114, where slices gain nothing; tiles enough already;
-        // K too short to cut, cut in 4, and in 3 where 4 would leave slices under 4 steps.
-        let table = [
-            (96, 40, 132, 4),
-            (80, 32, 132, 3),
-            (80, 160, 132, 3),
-            (640, 40, 132, 1),
-            (96, 40, 114, 1),
-            (264, 40, 132, 1),
-            (1, 7, 132, 1),
-            (1, 16, 132, 4),
-            (1, 12, 132, 3),
-        ];
-        for (tiles, steps, multiprocessors, want) in table {
-            assert_eq!(
-                k_slices(tiles, steps, multiprocessors),
-                want,
-                "{tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
-            );
-        }
-    }
 }

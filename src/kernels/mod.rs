@@ -47,6 +47,7 @@ pub mod rms_norm_plus_add;
 pub mod rope;
 pub mod round_rows_e4m3;
 pub mod softcap;
+pub mod tma_gemm;
 
 pub use native::{Arm, Backend, NativeKernel, Unavailable};
 

@@ -192,35 +192,3 @@ __device__ void quantize_rows_e4m3(const T* x, uint8_t* q, float* scales, int co
         quantize_rows_e4m3<T>(x, q, scales, cols);                                                             \
     }
 G4_FOR_FLOAT_TYPES(G4_ROUND_ROWS_E4M3)
-
-// matmul_bt_fp8_channel for prefill's many rows of bf16 X on Hopper (tma_gemm.cuh): e4m3 widened
-// in registers on its way into the tensor cores, so no bf16 copy of the weight is written or
-// read. 128 × 128 tiles, 6 stages (147 KiB of shared memory, one block a multiprocessor); the
-// host launches it on compute capability 9.0 only, with G4_TMA_GEMM_SHARED_BYTES.
-#include "tma_gemm.cuh"
-#if !defined(__HIPCC__)
-#define G4_TMA_GEMM_ROWS 128
-#define G4_TMA_GEMM_STAGES 6
-extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
-    g4_matmul_bt_fp8_channel_tma_bf16(const __grid_constant__ CUtensorMap x_map,
-                                      const __grid_constant__ CUtensorMap w_map, const float* scale, g4_bf16* y,
-                                      float* partial, int m, int n, int k, int slices) {
-    G4_KERNEL_START();
-    g4_tma::gemm_block<g4_tma::E4m3Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES>(&x_map, &w_map, scale, y, partial, m,
-                                                                                  n, k, slices);
-}
-// The same GEMM over an MLP's packed [gate ‖ up] e4m3 weight (n = 2d rows), the GeGLU product as
-// its epilogue: y [m, d], rounded as the GEMM followed by gelu_and_mul rounds; one slice of K.
-extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
-    g4_fp8_gelu_and_mul_tma_bf16(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                                 const float* scale, g4_bf16* y, int m, int n, int k) {
-    G4_KERNEL_START();
-    g4_tma::gemm_block<g4_tma::E4m3Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES, true>(&x_map, &w_map, scale, y,
-                                                                                        nullptr, m, n, k, 1);
-}
-// Y = the K slices' f32 partial sums, added in order and rounded to bf16 (count % 4 == 0).
-extern "C" __global__ void g4_tma_gemm_sum_slices_bf16(const float* partial, g4_bf16* y, int slices, size_t count) {
-    G4_KERNEL_START();
-    g4_tma::sum_slices(partial, y, slices, count);
-}
-#endif

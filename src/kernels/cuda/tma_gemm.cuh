@@ -1,5 +1,5 @@
-// matmul_bt_fp8_channel for prefill's many rows of bf16 X on Hopper: Y[m, n] = X[m, k] · Wᵀ,
-// W e4m3 with one f32 scale per row, on the bf16 tensor cores, as a warp-specialised pipeline:
+// The Hopper GEMM for prefill's many rows of bf16 X: Y[m, n] = X[m, k] · Wᵀ, W e4m3 with one
+// f32 scale per row or bf16, on the bf16 tensor cores, as a warp-specialised pipeline:
 //   - one producer warp issues TMA copies (X and W tiles, swizzled by the copy engine) into a
 //     ring of STAGES stages, each stage guarded by a "full" and an "empty" mbarrier;
 //   - two consumer warpgroups, 64 weight rows each, wait on "full", run their wgmmas, and free
@@ -11,10 +11,10 @@
 // fragment's bytes from the W tile (TMA's 64-byte swizzle keeps those reads free of bank
 // conflicts), widens them to f32, multiplies by the row's scale and rounds to bf16 (the bf16
 // weights dequant_fp8_channel writes, so the product is dequantise-then-GEMM's up to the order
-// of the sums) while the tile before's wgmmas run. With bf16 weights (`Bf16Weights`, for
-// kernel-bench's comparison of the pipeline with cuBLAS) A is read by descriptor.
+// of the sums) while the tile before's wgmmas run. With bf16 weights A is read by descriptor.
 // The epilogue goes through shared memory: stmatrix.trans turns the (weight row, X row)
-// fragments into rows of Y, which leave in 16-byte stores. Where a GEMM has too few tiles to
+// fragments into rows of Y, which leave in 16-byte stores; for an MLP's packed gate/up it can be
+// the GeGLU product instead (GEGLU). Where a GEMM has too few tiles to
 // fill the GPU, its K is cut into slices whose f32 partial sums `sum_slices` adds in a fixed
 // order (deterministic, unlike atomics).
 // Stop 44's GEMM (cp.async, a __syncthreads a tile) ran 2.1–4.1× slower than cuBLAS even over
