@@ -17,10 +17,10 @@
 //               dequantised slice from L2 instead of HBM)
 //   tma         src/kernels/cuda/tma_gemm.cuh: a warp-specialised TMA + wgmma pipeline, e4m3
 //               widened to bf16 (and scaled) in registers on its way into Hopper's bf16 tensor
-//               cores, 128 or 256 rows of X a block, K in 1–4 slices (g4's kernel is the 128 ×
-//               128, 6-stage one); and the same pipeline over the dequantised bf16 weights (how
-//               far the pipeline is from cuBLAS apart from the widening). Not yet run: stop 51
-//               had no GPU.
+//               cores, 128 or 256 rows of X a block, K in 1–4 slices (g4 takes 128 × 256 where
+//               those tiles fill the GPU twice, else 128 × 128 in the slices tma_gemm.rs's
+//               k_slices picks); and the same pipeline over the dequantised bf16 weights (how
+//               far the pipeline is from cuBLAS apart from the widening).
 // For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
 // prefill today) against the TMA GEMM with the product as its epilogue (g4's kernel).
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
@@ -225,12 +225,12 @@ struct TmaVariant {
 #define G4_TMA_VARIANT(W, BN, STAGES, SLICES, PATH) \
     {tma_gemm_variant<W, BN, STAGES>, BN, g4_tma::shared_bytes<W, BN, STAGES>(), SLICES, PATH}
 const TmaVariant<g4_tma::E4m3Weights> E4M3_VARIANTS[] = {
-    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 1, "tma e4m3 128×128, 6 stages (g4)"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 1, "tma e4m3 128×128, 6 stages"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 8, 1, "tma e4m3 128×128, 8 stages"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 256, 5, 1, "tma e4m3 128×256, 5 stages"),
-    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 2, "tma e4m3 128×128, K in 2 (g4)"),
-    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 3, "tma e4m3 128×128, K in 3 (g4)"),
-    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 4, "tma e4m3 128×128, K in 4 (g4)"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 2, "tma e4m3 128×128, K in 2"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 3, "tma e4m3 128×128, K in 3"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 4, "tma e4m3 128×128, K in 4"),
 };
 const TmaVariant<g4_tma::Bf16Weights> BF16_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
@@ -296,6 +296,9 @@ int main() {
         float* w_scale_dev = bench.alloc<float>(n);
         bf* x_dev = bench.alloc<bf>(x.size());
         bf* dense = bench.alloc<bf>(w.size());
+        // The slices' scratch: apart from `dense`, which the paths after them read whole (stop
+        // 45's and stop 51's first "bf16" TMA rows read a `dense` the slices had overwritten).
+        bf* slice_scratch = bench.alloc<bf>(w.size() / 2);
         bf* y = bench.alloc<bf>(m * (size_t)n);
         __nv_fp8_e4m3* hi = bench.alloc<__nv_fp8_e4m3>(x.size());
         __nv_fp8_e4m3* lo = bench.alloc<__nv_fp8_e4m3>(x.size());
@@ -392,8 +395,8 @@ int main() {
                 for (int s = 0; s < slices; ++s) {
                     const size_t first = (size_t)s * rows;
                     g4_dequant_fp8_channel_bf16<<<bench.sms * 8, 256, 0, bench.stream>>>(
-                        w_dev + first * k, w_scale_dev + first, dense, rows, k);
-                    status |= slice_gemm.run(dense, x_dev, y + first, 1.0f, 0.0f, bench.stream);
+                        w_dev + first * k, w_scale_dev + first, slice_scratch, rows, k);
+                    status |= slice_gemm.run(slice_scratch, x_dev, y + first, 1.0f, 0.0f, bench.stream);
                 }
             });
             char path[64];
@@ -476,9 +479,18 @@ int main() {
                       gelu_and_mul();
                   }),
                   product, want_product, d);
-            check("tma e4m3, GeGLU epilogue (g4)", timed_product([&](int) {
+            check("tma e4m3, GeGLU epilogue", timed_product([&](int) {
                       g4_fp8_gelu_and_mul_tma_bf16<<<x_tiles * (d / 64), g4_tma::THREADS, shared, bench.stream>>>(
                           x_map_128, w_halves, w_scale_dev, product, m, n, k);
+                  }),
+                  product, want_product, d);
+            const int wide_shared = g4_tma::shared_bytes<g4_tma::E4m3Weights, 256, 5>();
+            CHECK(cudaFuncSetAttribute(g4_fp8_gelu_and_mul_tma_wide_bf16,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, wide_shared));
+            check("tma e4m3 wide, GeGLU epilogue", timed_product([&](int) {
+                      g4_fp8_gelu_and_mul_tma_wide_bf16<<<(m + 255) / 256 * (d / 64), g4_tma::THREADS, wide_shared,
+                                                          bench.stream>>>(x_map_256, w_halves, w_scale_dev, product,
+                                                                          m, n, k);
                   }),
                   product, want_product, d);
             // The same epilogue over the dequantised bf16 weights: what a bf16 checkpoint's prefill
@@ -528,7 +540,8 @@ int main() {
             }
         }
         if (status != 0) printf("%-8s cublasLtMatmul failed: status %d\n", shape.name, status);
-        for (void* p : {(void*)w_dev, (void*)w_scale_dev, (void*)x_dev, (void*)dense, (void*)y, (void*)hi, (void*)lo,
+        for (void* p : {(void*)w_dev, (void*)w_scale_dev, (void*)x_dev, (void*)dense, (void*)slice_scratch, (void*)y,
+                        (void*)hi, (void*)lo,
                         (void*)x_scale, (void*)x_scale_lo})
             CHECK(cudaFree(p));
     }

@@ -1,11 +1,11 @@
-//! The Hopper GEMM behind prefill's projections where cuBLAS alone does not do all of it:
-//! `Y = X · Wᵀ` for many rows of bf16 X on compute capability 9.0, a warp-specialised TMA + wgmma
-//! pipeline (src/kernels/cuda/tma_gemm.cuh, its entry points in tma_gemm.cu).
-//! - e4m3 weights with one scale per row (`matmul_bt_fp8_channel`): widened and scaled in
-//!   registers on their way into the tensor cores, so no bf16 copy of the weight is written or
-//!   read;
-//! - an MLP's packed [gate ‖ up] (`linear_gelu_mul`, e4m3 or bf16): the GeGLU product as the
-//!   epilogue, so the [m, 2d] projection never reaches memory.
+//! The Hopper GEMM behind FP8 prefill's projections: `Y = X · (W_e4m3 × scale[row])ᵀ` for many
+//! rows of bf16 X on compute capability 9.0, a warp-specialised TMA + wgmma pipeline
+//! (src/kernels/cuda/tma_gemm.cuh, its entry points in tma_gemm.cu).
+//! The e4m3 weights (`matmul_bt_fp8_channel`) are widened and scaled in registers on their way
+//! into the tensor cores, so no bf16 copy of the weight is written or read; for an MLP's packed
+//! [gate ‖ up] (`linear_gelu_mul`) the GeGLU product can be the epilogue, so the [m, 2d]
+//! projection never reaches memory. (Over bf16 weights the same pipeline takes 1.14× cuBLAS's
+//! time, H100: bf16 checkpoints keep cuBLAS.)
 //!
 //! Not an op of its own: the ops that call it check its results through their contracts.
 //! `G4_TMA_GEMM=0` turns it off, and those ops take their other paths.
@@ -16,38 +16,24 @@ use super::native::{
 };
 use candle_core::{DType, Result, Tensor};
 
-/// Blocks of 128 X rows by 128 weight rows, K in steps of 64 (one 128-byte row of a bf16 tile),
-/// a producer warpgroup and two consumer ones, six stages of shared memory (X 128 × 64 bf16 and
-/// W 128 × 64 of the weight's type each) with two 8-byte barriers each, and 1 KiB to align them.
-const TILE: usize = 128;
+/// Blocks of 128 weight rows by 128 X rows (or 256, "wide"), K in steps of 64 (one 128-byte row
+/// of a bf16 tile), a producer warpgroup and two consumer ones; 6 stages of shared memory (5
+/// wide), each an X tile (rows × 64 bf16), a W tile (128 × 64 e4m3) and two 8-byte barriers, and
+/// 1 KiB to align them.
+const WEIGHT_ROWS: usize = 128;
+const X_ROWS: usize = 128;
+const WIDE_X_ROWS: usize = 256;
 const K_STEP: usize = 64;
 const WARPS: usize = 12;
 const STAGES: usize = 6;
-/// At most this many slices of K, each at least this many steps of it (a slice fills and drains
-/// its pipeline and writes [m, n] f32 sums that a second launch adds).
+const WIDE_STAGES: usize = 5;
+/// At most this many slices of K.
 const MAX_K_SLICES: usize = 4;
-const MIN_STEPS_PER_SLICE: usize = 4;
-
-/// The weight of a projection.
-#[derive(Clone, Copy)]
-pub enum Weights<'a> {
-    /// e4m3 `[n, k]` with one f32 scale per row.
-    E4m3 {
-        weight: &'a Tensor,
-        scale: &'a Tensor,
-    },
-    /// bf16 `[n, k]` (the GeGLU epilogue only: cuBLAS runs the plain GEMM).
-    Bf16(&'a Tensor),
-}
-
-impl Weights<'_> {
-    fn tensor(&self) -> &Tensor {
-        match self {
-            Weights::E4m3 { weight, .. } => weight,
-            Weights::Bf16(weight) => weight,
-        }
-    }
-}
+/// What slicing K costs besides the steps, in steps of K: per MiB of the f32 partial sums each
+/// slice writes and the second launch reads (H100, fp8_gemm_bench at 512 rows: ≈ 0.64 µs a MiB
+/// against ≈ 0.45 µs a step of a wave of 128 × 128 tiles), and for that launch itself (≈ 2.5 µs).
+const SLICE_STEPS_PER_MIB: f64 = 1.4;
+const SLICES_LAUNCH_STEPS: f64 = 6.0;
 
 /// What the GEMM writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -65,62 +51,56 @@ fn enabled() -> bool {
     *ENABLED.get_or_init(|| std::env::var("G4_TMA_GEMM").as_deref() != Ok("0"))
 }
 
-/// Slices of K for a GEMM of `tiles` output tiles and `k_steps` steps of K, one block a
-/// multiprocessor on `multiprocessors`: the count whose blocks finish soonest (waves of blocks
-/// × a block's steps), the fewest among equals. E4B at 512 rows on 132: q/k/v (96 tiles, 40
-/// steps) 4, o (80, 32) 3, down (80, 160) 3, gate/up (640, 40) 1.
-fn k_slices(tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
-    (1..=MAX_K_SLICES)
-        .filter(|&s| s == 1 || k_steps >= s * MIN_STEPS_PER_SLICE)
-        .min_by_key(|&s| {
-            (
-                (tiles * s).div_ceil(multiprocessors) * k_steps.div_ceil(s),
-                s,
-            )
-        })
+/// Slices of K for a GEMM of `tiles` 128 × 128 output tiles of an [m, n] result and `k_steps`
+/// steps of K, one block a multiprocessor on `multiprocessors`: the count that costs least,
+/// waves of blocks × a block's steps plus the partial sums' traffic, the fewest among equals.
+/// E4B at 512 rows on 132 (H100, fp8_gemm_bench, µs in 1 / 2 / 3 / 4 slices): q/k/v 18.8 /
+/// 26.4 / 30.9 / 30.3 and o 15.5 / 22.3 / 20.1 / 25.2 take 1; down (K 10,240) 66.5 / 76.1 /
+/// 55.5 / 65.0 takes 3.
+fn k_slices(m: usize, n: usize, tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
+    let partial_mib = (m * n * 4) as f64 / (1 << 20) as f64;
+    let cost = |s: usize| {
+        let steps = ((tiles * s).div_ceil(multiprocessors) * k_steps.div_ceil(s)) as f64;
+        steps
+            + if s > 1 {
+                s as f64 * partial_mib * SLICE_STEPS_PER_MIB + SLICES_LAUNCH_STEPS
+            } else {
+                0.0
+            }
+    };
+    (1..=MAX_K_SLICES.min(k_steps))
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(a.cmp(&b)))
         .unwrap_or(1)
 }
 
-/// `rows [m, k]` · `weights`ᵀ through the GEMM, where it runs: bf16 rows, K a multiple of 16 and
-/// the outputs of 8, contiguous 16-byte aligned operands, compute capability 9.0 (its machine
-/// code is sm_90a's); e4m3 weights, or bf16 ones with the GeGLU epilogue; with that epilogue,
-/// where K needs no slices. `None` elsewhere.
-pub fn gemm(rows: &Tensor, weights: Weights, epilogue: Epilogue) -> Result<Option<Tensor>> {
-    let weight = weights.tensor();
+/// Whether the GEMM takes 256 X rows a block: where its tiles fill the GPU twice over even
+/// then (a wider tile reads each weight tile half as often). H100, 512 rows: E4B's gate/up
+/// 87.3 µs against 97.5, 31B's 366 against 419; E4B's q/k/v 27.2 against 18.8.
+fn wide(m: usize, outputs: usize, outputs_per_block: usize, multiprocessors: usize) -> bool {
+    m.div_ceil(WIDE_X_ROWS) * outputs.div_ceil(outputs_per_block) >= 2 * multiprocessors
+}
+
+/// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the GEMM, where it runs: bf16 rows,
+/// K a multiple of 16 and the outputs of 8, contiguous 16-byte aligned operands, compute
+/// capability 9.0 (its machine code is sm_90a's); with the GeGLU epilogue, where K needs no
+/// slices. `None` elsewhere.
+pub fn gemm(
+    rows: &Tensor,
+    weight: &Tensor,
+    scale: &Tensor,
+    epilogue: Epilogue,
+) -> Result<Option<Tensor>> {
     let (m, k) = rows.dims2()?;
     let (n, weight_k) = weight.dims2()?;
     let device = rows.device();
     // A block's outputs: 128 weight rows' own, or 64 gate rows' and their up rows' product.
-    let (outputs, outputs_per_block) = match epilogue {
-        Epilogue::Plain => (n, TILE),
-        Epilogue::GeluAndMul => (n / 2, TILE / 2),
-    };
-    let (kernel, scale, weight_bytes, swizzle) = match (weights, epilogue) {
-        (Weights::E4m3 { scale, .. }, Epilogue::Plain) => (
-            "g4_matmul_bt_fp8_channel_tma_bf16",
-            Some(scale),
-            1,
-            Swizzle::Bytes64,
-        ),
-        (Weights::E4m3 { scale, .. }, Epilogue::GeluAndMul) => (
-            "g4_fp8_gelu_and_mul_tma_bf16",
-            Some(scale),
-            1,
-            Swizzle::Bytes64,
-        ),
-        (Weights::Bf16(_), Epilogue::GeluAndMul) => {
-            ("g4_linear_gelu_mul_tma_bf16", None, 2, Swizzle::Bytes128)
-        }
-        (Weights::Bf16(_), Epilogue::Plain) => return Ok(None),
+    let (outputs, outputs_per_block, kernel) = match epilogue {
+        Epilogue::Plain => (n, WEIGHT_ROWS, "matmul_bt_fp8_channel_tma"),
+        Epilogue::GeluAndMul => (n / 2, WEIGHT_ROWS / 2, "fp8_gelu_and_mul_tma"),
     };
     let runs = enabled()
         && rows.dtype() == DType::BF16
-        && weight.dtype()
-            == if scale.is_some() {
-                DType::F8E4M3
-            } else {
-                DType::BF16
-            }
+        && weight.dtype() == DType::F8E4M3
         && weight_k == k
         && k.is_multiple_of(16)
         && outputs.is_multiple_of(8)
@@ -133,29 +113,38 @@ pub fn gemm(rows: &Tensor, weights: Weights, epilogue: Epilogue) -> Result<Optio
     let Some(multiprocessors) = crate::device::multiprocessor_count(device).filter(|_| runs) else {
         return Ok(None);
     };
-    let tiles = m.div_ceil(TILE) * outputs.div_ceil(outputs_per_block);
-    let slices = k_slices(tiles, k.div_ceil(K_STEP), multiprocessors);
+    let wide = wide(m, outputs, outputs_per_block, multiprocessors);
+    let (x_rows, stages, kernel) = if wide {
+        (WIDE_X_ROWS, WIDE_STAGES, format!("g4_{kernel}_wide_bf16"))
+    } else {
+        (X_ROWS, STAGES, format!("g4_{kernel}_bf16"))
+    };
+    let tiles = m.div_ceil(x_rows) * outputs.div_ceil(outputs_per_block);
+    let slices = if wide {
+        1
+    } else {
+        k_slices(m, n, tiles, k.div_ceil(K_STEP), multiprocessors)
+    };
     if epilogue == Epilogue::GeluAndMul && slices > 1 {
         return Ok(None);
     }
-    let shared_bytes = STAGES * (TILE * K_STEP * 2 + TILE * K_STEP * weight_bytes + 16) + 1024;
-    let x_map = tensor_map(rows, K_STEP, TILE, Swizzle::Bytes128)?;
+    let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
+    let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The packed weight's gate and up rows arrive as two boxes of 64.
-    let w_map = tensor_map(weight, K_STEP, outputs_per_block, swizzle)?;
+    let w_map = tensor_map(weight, K_STEP, outputs_per_block, Swizzle::Bytes64)?;
     let y = empty((m, outputs), DType::BF16, device)?;
-    let scale = scale
-        .map(|s| s.to_dtype(DType::F32)?.contiguous())
-        .transpose()?;
+    let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let partial = if slices > 1 {
         Some(empty((slices, m, n), DType::F32, device)?)
     } else {
         None
     };
-    let mut args = vec![Arg::TensorMap(&x_map), Arg::TensorMap(&w_map)];
-    if let Some(scale) = &scale {
-        args.push(Arg::Tensor(scale));
-    }
-    args.push(Arg::Tensor(&y));
+    let mut args = vec![
+        Arg::TensorMap(&x_map),
+        Arg::TensorMap(&w_map),
+        Arg::Tensor(&scale),
+        Arg::Tensor(&y),
+    ];
     if epilogue == Epilogue::Plain {
         args.push(Arg::OptionalTensor(partial.as_ref()));
     }
@@ -164,7 +153,7 @@ pub fn gemm(rows: &Tensor, weights: Weights, epilogue: Epilogue) -> Result<Optio
         args.push(Arg::I32(slices as i32));
     }
     let grid = Grid::of_warps(tiles * slices, WARPS, warp_lanes(device));
-    launch_with_shared(kernel, device, grid, shared_bytes as u32, &args)?;
+    launch_with_shared(&kernel, device, grid, shared_bytes as u32, &args)?;
     if let Some(partial) = &partial {
         launch(
             "g4_tma_gemm_sum_slices_bf16",
@@ -183,30 +172,42 @@ pub fn gemm(rows: &Tensor, weights: Weights, epilogue: Epilogue) -> Result<Optio
 
 #[cfg(test)]
 mod tests {
-    use super::k_slices;
+    use super::{k_slices, wide};
 
     #[test]
-    fn k_slices_fill_the_gpu_with_the_fewest_slices() {
-        // (tiles, steps of K, multiprocessors, slices): E4B's projections at 512 rows on an H100
-        // or H200 (132); q/k/v on a GPU of 114, where slices gain nothing; tiles enough already;
-        // K too short to cut, cut in 4, and in 3 where 4 would leave slices under 4 steps.
+    fn k_slices_only_where_they_pay_for_their_partial_sums() {
+        // (m, n, tiles, steps of K, multiprocessors, slices): E4B's q/k/v, o and down at 512 rows
+        // on an H100 or H200 (132; measured best: 1, 1, 3), 31B's down (K 21,504), one tile
+        // over a long K, and K too short to cut.
         let table = [
-            (96, 40, 132, 4),
-            (80, 32, 132, 3),
-            (80, 160, 132, 3),
-            (640, 40, 132, 1),
-            (96, 40, 114, 1),
-            (264, 40, 132, 1),
-            (1, 7, 132, 1),
-            (1, 16, 132, 4),
-            (1, 12, 132, 3),
+            (512, 3072, 96, 40, 132, 1),
+            (512, 2560, 80, 32, 132, 1),
+            (512, 2560, 80, 160, 132, 3),
+            (512, 5376, 168, 336, 132, 3),
+            (24, 48, 1, 16, 132, 4),
+            (24, 48, 1, 2, 132, 1),
         ];
-        for (tiles, steps, multiprocessors, want) in table {
+        for (m, n, tiles, steps, multiprocessors, want) in table {
             assert_eq!(
-                k_slices(tiles, steps, multiprocessors),
+                k_slices(m, n, tiles, steps, multiprocessors),
                 want,
-                "{tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
+                "[{m}, {n}]: {tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
             );
+        }
+    }
+
+    #[test]
+    fn wide_tiles_where_they_still_fill_the_gpu_twice() {
+        // (m, outputs, outputs a block, wide): E4B's gate/up at 512 rows, plain and as GeGLU
+        // (measured faster wide), its q/k/v and down (measured slower), and 31B's gate/up.
+        for (m, outputs, per_block, want) in [
+            (512, 20480, 128, true),
+            (512, 10240, 64, true),
+            (512, 3072, 128, false),
+            (512, 2560, 128, false),
+            (512, 43008, 128, true),
+        ] {
+            assert_eq!(wide(m, outputs, per_block, 132), want, "[{m}, {outputs}]");
         }
     }
 }

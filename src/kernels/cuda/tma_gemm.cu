@@ -1,40 +1,30 @@
 // The Hopper GEMM's entry points (tma_gemm.cuh; host side src/kernels/tma_gemm.rs): many rows of
-// bf16 X, 128 × 128 tiles, 6 stages of shared memory, one block a multiprocessor (147 KiB with
-// e4m3 weights, 193 KiB with bf16). The host launches them on compute capability 9.0 only; built
-// for anything else they trap.
+// bf16 X against e4m3 weights, one block a multiprocessor; tiles of 128 weight rows by 128 X rows
+// in 6 stages (147 KiB of shared memory) or, `_wide`, by 256 X rows in 5 (201 KiB) for GEMMs with
+// tiles to spare (H100, E4B's gate/up at 512 rows: 87.3 µs against 97.5). The host launches them
+// on compute capability 9.0 only; built for anything else they trap.
 #include "tma_gemm.cuh"
 #if !defined(__HIPCC__)
-#define G4_TMA_GEMM_ROWS 128
-#define G4_TMA_GEMM_STAGES 6
 
 // matmul_bt_fp8_channel: e4m3 weights widened and scaled in registers on their way into the
 // tensor cores; with `slices` > 1, slice z's f32 sums go to partial + z·m·n.
-extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
-    g4_matmul_bt_fp8_channel_tma_bf16(const __grid_constant__ CUtensorMap x_map,
-                                      const __grid_constant__ CUtensorMap w_map, const float* scale, g4_bf16* y,
-                                      float* partial, int m, int n, int k, int slices) {
-    G4_KERNEL_START();
-    g4_tma::gemm_block<g4_tma::E4m3Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES>(&x_map, &w_map, scale, y, partial, m,
-                                                                                  n, k, slices);
-}
-
-// linear_gelu_mul over an MLP's packed [gate ‖ up] (n = 2d rows), the GeGLU product as the
-// epilogue: y [m, d], rounded as the GEMM followed by gelu_and_mul rounds; one slice of K.
-// e4m3 weights with their row scales, and bf16 ones.
-extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
-    g4_fp8_gelu_and_mul_tma_bf16(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                                 const float* scale, g4_bf16* y, int m, int n, int k) {
-    G4_KERNEL_START();
-    g4_tma::gemm_block<g4_tma::E4m3Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES, true>(&x_map, &w_map, scale, y,
-                                                                                        nullptr, m, n, k, 1);
-}
-extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1)
-    g4_linear_gelu_mul_tma_bf16(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                                g4_bf16* y, int m, int n, int k) {
-    G4_KERNEL_START();
-    g4_tma::gemm_block<g4_tma::Bf16Weights, G4_TMA_GEMM_ROWS, G4_TMA_GEMM_STAGES, true>(&x_map, &w_map, nullptr, y,
-                                                                                        nullptr, m, n, k, 1);
-}
+// fp8_gelu_and_mul: the same over an MLP's packed [gate ‖ up] (n = 2d rows), the GeGLU product
+// as the epilogue: y [m, d], rounded as the GEMM followed by gelu_and_mul rounds; one slice of K.
+#define G4_TMA_GEMM_ENTRIES(SUFFIX, ROWS, STAGES)                                                                   \
+    extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma##SUFFIX##_bf16(   \
+        const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,   \
+        g4_bf16* y, float* partial, int m, int n, int k, int slices) {                                              \
+        G4_KERNEL_START();                                                                                          \
+        g4_tma::gemm_block<g4_tma::E4m3Weights, ROWS, STAGES>(&x_map, &w_map, scale, y, partial, m, n, k, slices);  \
+    }                                                                                                               \
+    extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_fp8_gelu_and_mul_tma##SUFFIX##_bf16(        \
+        const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,   \
+        g4_bf16* y, int m, int n, int k) {                                                                          \
+        G4_KERNEL_START();                                                                                          \
+        g4_tma::gemm_block<g4_tma::E4m3Weights, ROWS, STAGES, true>(&x_map, &w_map, scale, y, nullptr, m, n, k, 1); \
+    }
+G4_TMA_GEMM_ENTRIES(, 128, 6)
+G4_TMA_GEMM_ENTRIES(_wide, 256, 5)
 
 // Y = the K slices' f32 partial sums, added in order and rounded to bf16 (count % 4 == 0).
 extern "C" __global__ void g4_tma_gemm_sum_slices_bf16(const float* partial, g4_bf16* y, int slices, size_t count) {
