@@ -201,7 +201,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M160 N200 K160",
     },
     ShapePath {
-        shapes: "the same with too few tiles to fill the GPU, K of 8 steps of 64 or more",
+        shapes: "the same where slices of K pay for their partial sums (few tiles over a long K)",
         path: "native TMA + wgmma GEMM over slices of K, their f32 sums added in order",
         case: "M24 N48 K1024",
     },
