@@ -332,6 +332,10 @@ fn every_bad_input_is_one_clear_error_line() {
             "'x' is not a token id",
         ),
         (
+            vec!["--stop".into(), String::new()],
+            "a stop string must not be empty",
+        ),
+        (
             vec!["--prompt-ids".into(), "2 99999".into()],
             "token id 99999 is outside the model's vocabulary of 4096",
         ),

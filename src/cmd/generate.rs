@@ -86,7 +86,7 @@ pub struct Args {
     #[arg(long, default_value_t = 299_792_458)]
     seed: u64,
     /// Stop when this text is produced (not printed). Repeatable.
-    #[arg(long)]
+    #[arg(long, value_parser = stop_string)]
     stop: Vec<String>,
     /// Report each generated token's log-probability under the model (before temperature,
     /// truncation and penalties) and its N most likely alternatives: in --json as "logprobs",
@@ -337,6 +337,14 @@ fn token_ids(spec: &str) -> Result<TokenIds, String> {
         return Err("no token ids given".to_string());
     }
     Ok(TokenIds(ids))
+}
+
+// An empty stop string would match before the first token; refused rather than ignored.
+fn stop_string(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err("a stop string must not be empty".to_string());
+    }
+    Ok(text.to_string())
 }
 
 fn read_prompt(spec: &str) -> Result<String> {
