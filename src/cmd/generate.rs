@@ -339,7 +339,7 @@ fn token_ids(spec: &str) -> Result<TokenIds, String> {
     Ok(TokenIds(ids))
 }
 
-// An empty stop string would match before the first token; refused rather than ignored.
+// An empty stop string can stop nothing (the matcher skips it): refused, not silently ignored.
 fn stop_string(text: &str) -> Result<String, String> {
     if text.is_empty() {
         return Err("a stop string must not be empty".to_string());
