@@ -211,7 +211,22 @@ template <typename W, int BN, int STAGES, bool GEGLU = false>
 __global__ void __launch_bounds__(g4_tma::THREADS, 1)
     tma_gemm_variant(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
                      const float* scale, bf* y, float* partial, int m, int n, int k, int slices) {
-    g4_tma::gemm_block<W, BN, STAGES, GEGLU>(&x_map, &w_map, scale, y, partial, m, n, k, slices);
+    g4_tma::gemm_all<W, BN, STAGES, GEGLU>(&x_map, &w_map, scale, y, partial, m, n, k, slices);
+}
+
+// tma_gemm.rs's `tiling`: the outputs wide tiles take when a GEMM of `outputs` (`per_block` a
+// block) would fill the GPU at least twice with them and leave its last wide wave at most half
+// full; 0 where it takes one kind of tile.
+static int wide_then_narrow_outputs(int m, int outputs, int per_block, int sms) {
+    const int x_tiles = (m + 255) / 256, wide_tiles = x_tiles * ((outputs + per_block - 1) / per_block);
+    const int last_wave = wide_tiles % sms;
+    if (wide_tiles < 2 * sms || last_wave == 0 || 2 * last_wave > sms) return 0;
+    const int wide_outputs = (wide_tiles - last_wave) / x_tiles * per_block;
+    return wide_outputs < outputs ? wide_outputs : 0;
+}
+static int wide_then_narrow_blocks(int m, int outputs, int per_block, int wide_outputs) {
+    return (m + 255) / 256 * (wide_outputs / per_block) +
+           (m + 127) / 128 * ((outputs - wide_outputs + per_block - 1) / per_block);
 }
 
 // One configuration: kernel, X rows a block, shared memory, K slices, its name.
@@ -429,6 +444,22 @@ int main() {
                    }));
         };
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
+        // Wide tiles for the full waves, 128-row ones for the rest (where a last wide wave would
+        // leave most multiprocessors idle; tma_gemm.rs's rule, on this GPU's count).
+        const int plain_wide_outputs = wide_then_narrow_outputs(m, n, g4_tma::BM, bench.sms);
+        if (plain_wide_outputs > 0) {
+            const CUtensorMap w_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_dev, k, n, g4_tma::BK,
+                                                 g4_tma::BM, CU_TENSOR_MAP_SWIZZLE_64B);
+            const int shared = g4_tma::shared_bytes<g4_tma::E4m3Weights, 256, g4_tma::WIDE_STAGES>();
+            CHECK(cudaFuncSetAttribute(g4_matmul_bt_fp8_channel_tma_wide_then_narrow_bf16,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+            const int blocks = wide_then_narrow_blocks(m, n, g4_tma::BM, plain_wide_outputs);
+            report("tma e4m3 wide, then 128×128", timed([&](int) {
+                       g4_matmul_bt_fp8_channel_tma_wide_then_narrow_bf16<<<blocks, g4_tma::THREADS, shared,
+                                                                             bench.stream>>>(
+                           x_map_256, x_map_128, w_map, w_scale_dev, y, m, n, k, plain_wide_outputs);
+                   }));
+        }
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
         for (const auto& variant : BF16_VARIANTS) tma(variant, dense, nullptr);
         if (std::string(shape.name) == "gate_up" || std::string(shape.name) == "gu_31b") {
@@ -493,6 +524,18 @@ int main() {
                                                                           m, n, k);
                   }),
                   product, want_product, d);
+            const int geglu_wide_outputs = wide_then_narrow_outputs(m, d, g4_tma::BM / 2, bench.sms);
+            if (geglu_wide_outputs > 0) {
+                CHECK(cudaFuncSetAttribute(g4_fp8_gelu_and_mul_tma_wide_then_narrow_bf16,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, wide_shared));
+                const int blocks = wide_then_narrow_blocks(m, d, g4_tma::BM / 2, geglu_wide_outputs);
+                check("tma e4m3 wide, then 128×128, GeGLU", timed_product([&](int) {
+                          g4_fp8_gelu_and_mul_tma_wide_then_narrow_bf16<<<blocks, g4_tma::THREADS, wide_shared,
+                                                                          bench.stream>>>(
+                              x_map_256, x_map_128, w_halves, w_scale_dev, product, m, n, k, geglu_wide_outputs);
+                      }),
+                      product, want_product, d);
+            }
             // The same epilogue over the dequantised bf16 weights: what a bf16 checkpoint's prefill
             // could run in place of cuBLAS and gelu_and_mul.
             auto bf16_geglu = tma_gemm_variant<g4_tma::Bf16Weights, 128, 6, true>;

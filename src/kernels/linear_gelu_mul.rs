@@ -311,6 +311,11 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M160 D200 K160 packed e4m3",
     },
     ShapePath {
+        shapes: "the same with tiles of 256 X rows filling the GPU twice over, their last wave at most half full",
+        path: "the same GEMM: wide tiles for the whole waves, then tiles of 128 X rows",
+        case: "M257 D10240 K16 packed e4m3",
+    },
+    ShapePath {
         shapes: "more than 8 rows (prefill) otherwise",
         path: "unfused: `linear` or `matmul_bt_fp8_channel`, then `gelu_and_mul` or `gelu_mul`",
         case: "M24 D24 K96 packed dense",
@@ -329,7 +334,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // error metric noisy), the
     // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
     // gate/up in e4m3, a prefill block of packed e4m3 (the Hopper GEMM's GeGLU epilogue, its
-    // tiles part-filled), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
+    // tiles part-filled; then one with enough outputs for wide tiles and a narrow last wave on
+    // 132 multiprocessors, an H100's or H200's), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
     // outgrow the L2 cache.
     let shapes = [
         (1, 5, 64, true, false),
@@ -348,6 +354,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 256, 2560, false, true),
         (1, 256, 2560, false, false),
         (1, 10240, 2560, true, true),
+        (257, 10240, 16, true, true),
         (1, 2112, 2816, true, false),
         (1, 10240, 2560, true, false),
     ];

@@ -201,6 +201,11 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M160 N200 K160",
     },
     ShapePath {
+        shapes: "the same with tiles of 256 X rows filling the GPU twice over, their last wave at most half full",
+        path: "the same GEMM: wide tiles for the whole waves, then tiles of 128 X rows",
+        case: "M257 N20480 K16",
+    },
+    ShapePath {
         shapes: "the same where slices of K pay for their partial sums (few tiles over a long K)",
         path: "native TMA + wgmma GEMM over slices of K, their f32 sums added in order",
         case: "M24 N48 K1024",
@@ -220,7 +225,8 @@ const SHAPE_PATHS: &[ShapePath] = &[
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows (the GEMV: one row over a short and a long K, several rows, column counts no
     // warp group or block divides), prefill blocks (the Hopper GEMM's, with tiles that rows and
-    // columns part-fill and a last step of K half filled; one over slices of K; one that takes
+    // columns part-fill and a last step of K half filled; one whose wide tiles leave a last wave
+    // at most half full on 132 multiprocessors; one over slices of K; one that takes
     // the dequantisation everywhere), K off the 16-weight vectors, and last (the one `--perf`
     // times) a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2
     // cache.
@@ -231,6 +237,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (3, 130, 272),
         (8, 64, 512),
         (160, 200, 160),
+        (257, 20480, 16),
         (24, 48, 1024),
         (24, 44, 96),
         (2, 17, 129),

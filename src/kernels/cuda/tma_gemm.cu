@@ -15,16 +15,32 @@
         const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,   \
         g4_bf16* y, float* partial, int m, int n, int k, int slices) {                                              \
         G4_KERNEL_START();                                                                                          \
-        g4_tma::gemm_block<g4_tma::E4m3Weights, ROWS, STAGES>(&x_map, &w_map, scale, y, partial, m, n, k, slices);  \
+        g4_tma::gemm_all<g4_tma::E4m3Weights, ROWS, STAGES>(&x_map, &w_map, scale, y, partial, m, n, k, slices);  \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_fp8_gelu_and_mul_tma##SUFFIX##_bf16(        \
         const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,   \
         g4_bf16* y, int m, int n, int k) {                                                                          \
         G4_KERNEL_START();                                                                                          \
-        g4_tma::gemm_block<g4_tma::E4m3Weights, ROWS, STAGES, true>(&x_map, &w_map, scale, y, nullptr, m, n, k, 1); \
+        g4_tma::gemm_all<g4_tma::E4m3Weights, ROWS, STAGES, true>(&x_map, &w_map, scale, y, nullptr, m, n, k, 1); \
     }
-G4_TMA_GEMM_ENTRIES(, 128, 6)
-G4_TMA_GEMM_ENTRIES(_wide, 256, 5)
+G4_TMA_GEMM_ENTRIES(, 128, g4_tma::NARROW_STAGES)
+G4_TMA_GEMM_ENTRIES(_wide, 256, g4_tma::WIDE_STAGES)
+
+// Both, wide tiles over the first `wide_outputs` outputs and 128-row ones over the rest
+// (gemm_wide_then_narrow): wide_x_map's box is 64 × 256 rows of X, x_map's 64 × 128.
+extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma_wide_then_narrow_bf16(
+    const __grid_constant__ CUtensorMap wide_x_map, const __grid_constant__ CUtensorMap x_map,
+    const __grid_constant__ CUtensorMap w_map, const float* scale, g4_bf16* y, int m, int n, int k, int wide_outputs) {
+    G4_KERNEL_START();
+    g4_tma::gemm_wide_then_narrow<g4_tma::E4m3Weights>(&wide_x_map, &x_map, &w_map, scale, y, m, n, k, wide_outputs);
+}
+extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_fp8_gelu_and_mul_tma_wide_then_narrow_bf16(
+    const __grid_constant__ CUtensorMap wide_x_map, const __grid_constant__ CUtensorMap x_map,
+    const __grid_constant__ CUtensorMap w_map, const float* scale, g4_bf16* y, int m, int n, int k, int wide_outputs) {
+    G4_KERNEL_START();
+    g4_tma::gemm_wide_then_narrow<g4_tma::E4m3Weights, true>(&wide_x_map, &x_map, &w_map, scale, y, m, n, k,
+                                                              wide_outputs);
+}
 
 // Y = the K slices' f32 partial sums, added in order and rounded to bf16 (count % 4 == 0).
 extern "C" __global__ void g4_tma_gemm_sum_slices_bf16(const float* partial, g4_bf16* y, int slices, size_t count) {

@@ -257,7 +257,9 @@ constexpr int shared_bytes() {
 // One block of the GEMM; the __global__ wrappers (tma_gemm.cu, kernel-bench) are launched with
 // THREADS threads and shared_bytes<W, BN, STAGES>(), over a flat grid of ceil(m / BN) X tiles ×
 // ceil(n / 128) weight tiles × `slices` slices of K, X tiles fastest (the blocks that share a
-// weight tile run together, so it is read from memory once). x_map: X as bf16 [m, k], box
+// weight tile run together, so it is read from memory once). `block` is this block's place in
+// that grid, and the weight tiles cover `region_outputs` outputs from `first_output` (a multiple
+// of the block's outputs): all of them, or one part of gemm_wide_then_narrow's split. x_map: X as bf16 [m, k], box
 // 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in W's type and swizzle. k % 16 == 0
 // (TMA's 16-byte row pitch; a partial last tile reads zeros), n % 8 == 0 (whole 16-byte stores).
 // With one slice Y is bf16 [m, n]; with more, slice z writes its f32 sums to partial + z·m·n.
@@ -268,7 +270,8 @@ constexpr int shared_bytes() {
 template <typename W, int BN, int STAGES, bool GEGLU = false>
 __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUtensorMap* w_map,
                                            const float* __restrict__ scale, g4_bf16* __restrict__ y,
-                                           float* __restrict__ partial, int m, int n, int k, int slices) {
+                                           float* __restrict__ partial, int m, int n, int k, int slices, int block,
+                                           int first_output, int region_outputs) {
     static_assert(BN == 128 || BN == 256, "wgmma's N: 128 or 256 rows of X");
     static_assert(2 * BN * 128 <= STAGES * Stage<W, BN>::BYTES, "the epilogue's tiles fit in the stages");
 #if defined(G4_TMA_GEMM)
@@ -283,9 +286,9 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     // A block's outputs: 128 weight rows' own, or 64 gate and up rows' products.
     constexpr int OUTPUTS = GEGLU ? BM / 2 : BM;
     const int outputs = GEGLU ? n / 2 : n;
-    const int x_tiles = (m + BN - 1) / BN, w_tiles = (outputs + OUTPUTS - 1) / OUTPUTS;
-    const int block = blockIdx.x, slice = block / (x_tiles * w_tiles);
-    const int m0 = block % x_tiles * BN, n0 = block / x_tiles % w_tiles * OUTPUTS;
+    const int x_tiles = (m + BN - 1) / BN, w_tiles = (region_outputs + OUTPUTS - 1) / OUTPUTS;
+    const int slice = block / (x_tiles * w_tiles);
+    const int m0 = block % x_tiles * BN, n0 = first_output + block / x_tiles % w_tiles * OUTPUTS;
     const int tiles = (k + BK - 1) / BK, per_slice = (tiles + slices - 1) / slices;
     const int first_tile = slice * per_slice, count = max(0, min(per_slice, tiles - first_tile));
     const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
@@ -446,6 +449,39 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
 #else
     __trap();
 #endif
+}
+
+// gemm_block over every output of the grid's GEMM.
+template <typename W, int BN, int STAGES, bool GEGLU = false>
+__device__ __forceinline__ void gemm_all(const CUtensorMap* x_map, const CUtensorMap* w_map, const float* scale,
+                                         g4_bf16* y, float* partial, int m, int n, int k, int slices) {
+    gemm_block<W, BN, STAGES, GEGLU>(x_map, w_map, scale, y, partial, m, n, k, slices, blockIdx.x, 0,
+                                     GEGLU ? n / 2 : n);
+}
+
+// Stages of the two tile shapes: 128 weight rows by 128 X rows, or by 256 ("wide").
+constexpr int NARROW_STAGES = 6, WIDE_STAGES = 5;
+
+// One slice of K in two kinds of tiles: wide ones over the first `wide_outputs` outputs (a
+// multiple of a block's), launched first, then 128-row ones over the rest. Wide tiles read each
+// weight tile half as often, but where their last wave would leave most multiprocessors idle,
+// twice as many narrow tiles finish it in about two thirds of a wide wave's time (H100, E4B's
+// gate/up: a narrow 128 × 128 wave ≈ 19.6 µs, a wide one ≈ 29.9). The grid: the wide tiles'
+// blocks, then the narrow ones'; shared memory: the wide tiles' (the larger).
+template <typename W, bool GEGLU = false>
+__device__ __forceinline__ void gemm_wide_then_narrow(const CUtensorMap* wide_x_map, const CUtensorMap* x_map,
+                                                      const CUtensorMap* w_map, const float* scale, g4_bf16* y,
+                                                      int m, int n, int k, int wide_outputs) {
+    constexpr int OUTPUTS = GEGLU ? BM / 2 : BM;
+    const int outputs = GEGLU ? n / 2 : n;
+    const int wide_blocks = (m + 255) / 256 * (wide_outputs / OUTPUTS);
+    const int block = blockIdx.x;
+    if (block < wide_blocks)
+        gemm_block<W, 256, WIDE_STAGES, GEGLU>(wide_x_map, w_map, scale, y, nullptr, m, n, k, 1, block, 0,
+                                               wide_outputs);
+    else
+        gemm_block<W, 128, NARROW_STAGES, GEGLU>(x_map, w_map, scale, y, nullptr, m, n, k, 1, block - wide_blocks,
+                                                 wide_outputs, outputs - wide_outputs);
 }
 
 // Y = the K slices' partial sums added in order, rounded to bf16; 4 values a thread, grid-stride.
