@@ -1,8 +1,9 @@
 // The Hopper GEMM's entry points (tma_gemm.cuh; host side src/kernels/tma_gemm.rs): many rows of
 // bf16 X against e4m3 weights, one block a multiprocessor; tiles of 128 weight rows by 128 X rows
 // in 6 stages (147 KiB of shared memory) or, `_wide`, by 256 X rows in 5 (201 KiB) for GEMMs with
-// tiles to spare (H100, E4B's gate/up at 512 rows: 87.3 µs against 97.5). The host launches them
-// on compute capability 9.0 only; built for anything else they trap.
+// tiles to spare (H100, E4B's gate/up at 512 rows: 87.3 µs against 97.5), or, `_wide_then_narrow`,
+// wide tiles for their whole waves and 128-row ones for the rest (the same: 80.4 µs). The host
+// launches them on compute capability 9.0 only; built for anything else they trap.
 #include "tma_gemm.cuh"
 #if !defined(__HIPCC__)
 
