@@ -192,20 +192,18 @@ pub fn gemm(
         args.push(Arg::TensorMap(narrow_x_map));
     }
     args.extend([Arg::TensorMap(&w_map), Arg::Tensor(&scale), Arg::Tensor(&y)]);
-    match tiling {
-        Tiling::WideThenNarrow { .. } => {}
-        Tiling::Narrow | Tiling::Wide if epilogue == Epilogue::Plain => {
-            args.push(Arg::OptionalTensor(partial.as_ref()))
-        }
-        Tiling::Narrow | Tiling::Wide => {}
+    // After Y, the plain entries take the partial sums (slices of K) and the slice count, the
+    // wide-then-narrow ones the wide tiles' outputs, the GeGLU ones neither.
+    let plain_entry =
+        epilogue == Epilogue::Plain && !matches!(tiling, Tiling::WideThenNarrow { .. });
+    if plain_entry {
+        args.push(Arg::OptionalTensor(partial.as_ref()));
     }
     args.extend([Arg::I32(m as i32), Arg::I32(n as i32), Arg::I32(k as i32)]);
-    match tiling {
-        Tiling::WideThenNarrow { wide_outputs } => args.push(Arg::I32(wide_outputs as i32)),
-        Tiling::Narrow | Tiling::Wide if epilogue == Epilogue::Plain => {
-            args.push(Arg::I32(slices as i32))
-        }
-        Tiling::Narrow | Tiling::Wide => {}
+    if plain_entry {
+        args.push(Arg::I32(slices as i32));
+    } else if let Tiling::WideThenNarrow { wide_outputs } = tiling {
+        args.push(Arg::I32(wide_outputs as i32));
     }
     let grid = Grid::of_warps(blocks * slices, WARPS, warp_lanes(device));
     launch_with_shared(&kernel, device, grid, shared_bytes as u32, &args)?;
@@ -258,43 +256,16 @@ mod tests {
         // rows, plain and as GeGLU (320 wide tiles: a third wave of 56), its q/k/v and down
         // (measured slower wide), 31B's gate/up (672: a sixth wave of 12), wide tiles whose last
         // wave is more than half full or full, and 257 rows (2 wide X tiles, 3 narrow ones).
+        let split = |wide_outputs| WideThenNarrow { wide_outputs };
         for (m, outputs, per_block, want) in [
-            (
-                512,
-                20480,
-                128,
-                WideThenNarrow {
-                    wide_outputs: 132 * 128,
-                },
-            ),
-            (
-                512,
-                10240,
-                64,
-                WideThenNarrow {
-                    wide_outputs: 132 * 64,
-                },
-            ),
+            (512, 20480, 128, split(132 * 128)),
+            (512, 10240, 64, split(132 * 64)),
             (512, 3072, 128, Narrow),
             (512, 2560, 128, Narrow),
-            (
-                512,
-                43008,
-                128,
-                WideThenNarrow {
-                    wide_outputs: 330 * 128,
-                },
-            ),
+            (512, 43008, 128, split(330 * 128)),
             (512, 24576, 128, Wide),
             (512, 16896, 128, Wide),
-            (
-                257,
-                10240,
-                64,
-                WideThenNarrow {
-                    wide_outputs: 132 * 64,
-                },
-            ),
+            (257, 10240, 64, split(132 * 64)),
         ] {
             assert_eq!(tiling(m, outputs, per_block, 132), want, "[{m}, {outputs}]");
         }
