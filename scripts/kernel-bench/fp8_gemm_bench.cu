@@ -246,6 +246,9 @@ const TmaVariant<g4_tma::E4m3Weights> E4M3_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 2, "tma e4m3 128×128, K in 2"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 3, "tma e4m3 128×128, K in 3"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 128, 6, 4, "tma e4m3 128×128, K in 4"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 112, 6, 1, "tma e4m3 128×112"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 96, 6, 1, "tma e4m3 128×96"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 64, 6, 1, "tma e4m3 128×64"),
 };
 const TmaVariant<g4_tma::Bf16Weights> BF16_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
@@ -433,7 +436,8 @@ int main() {
                                        variant.shared_bytes));
             const int blocks = (m + variant.rows - 1) / variant.rows * ((n + g4_tma::BM - 1) / g4_tma::BM) *
                                variant.slices;
-            const CUtensorMap& x_map = variant.rows == 256 ? x_map_256 : x_map_128;
+            const CUtensorMap x_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, g4_tma::BK,
+                                                 variant.rows, CU_TENSOR_MAP_SWIZZLE_128B);
             const size_t count = (size_t)m * n;
             report(variant.path, timed([&](int) {
                        variant.kernel<<<blocks, g4_tma::THREADS, variant.shared_bytes, bench.stream>>>(

@@ -196,8 +196,23 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M8 N64 K512",
     },
     ShapePath {
-        shapes: "more than 8 rows of bf16 on compute capability 9.0, K a multiple of 16, N of 8",
+        shapes: "more than 8 rows of bf16 on compute capability 9.0, K a multiple of 16, N of 8, tiles of 128 X rows filling a wave",
         path: "native TMA + wgmma GEMM: e4m3 widened to bf16 in registers on its way into the tensor cores",
+        case: "M512 N4224 K16",
+    },
+    ShapePath {
+        shapes: "the same where tiles of 128 X rows would leave part of the one wave idle (132 multiprocessors: E4B's q/k/v at 512 rows)",
+        path: "the same GEMM in tiles of 112 X rows",
+        case: "M512 N3072 K16",
+    },
+    ShapePath {
+        shapes: "the same, E4B's o at 512 rows",
+        path: "the same GEMM in tiles of 96 X rows",
+        case: "M512 N2560 K16",
+    },
+    ShapePath {
+        shapes: "the same, a few tiles (E4B's KV-sharing q at 512 rows)",
+        path: "the same GEMM in tiles of 64 X rows, part-filled",
         case: "M160 N200 K160",
     },
     ShapePath {
@@ -224,12 +239,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows (the GEMV: one row over a short and a long K, several rows, column counts no
-    // warp group or block divides), prefill blocks (the Hopper GEMM's, with tiles that rows and
-    // columns part-fill and a last step of K half filled; one whose wide tiles leave a last wave
-    // at most half full on 132 multiprocessors; one over slices of K; one that takes
-    // the dequantisation everywhere), K off the 16-weight vectors, and last (the one `--perf`
-    // times) a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2
-    // cache.
+    // warp group or block divides), prefill blocks (the Hopper GEMM's, on 132 multiprocessors:
+    // a few tiles that rows and columns part-fill, with a last step of K half filled; 128-row
+    // tiles filling one wave, and leaving it 73 % and 61 % full; wide tiles leaving a last wave
+    // at most half full; slices of K; one that takes the dequantisation everywhere), K off the
+    // 16-weight vectors, and last (the one `--perf` times) a decode GEMV of E4B's MLP down
+    // projection, whose 26 MB of e4m3 outgrow the L2 cache.
     let shapes = [
         (1, 35, 32),
         (1, 131, 272),
@@ -237,6 +252,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (3, 130, 272),
         (8, 64, 512),
         (160, 200, 160),
+        (512, 4224, 16),
+        (512, 3072, 16),
+        (512, 2560, 16),
         (257, 20480, 16),
         (24, 48, 1024),
         (24, 44, 96),

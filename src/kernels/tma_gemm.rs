@@ -27,6 +27,16 @@ const K_STEP: usize = 64;
 const WARPS: usize = 12;
 const STAGES: usize = 6;
 const WIDE_STAGES: usize = 5;
+/// X rows a one-slice plain GEMM's narrow tiles may take instead where its 128-row tiles fill
+/// less than one wave: narrower tiles, more of them, the wave's idle multiprocessors put to work.
+const SUB_WAVE_X_ROWS: [usize; 3] = [112, 96, 64];
+/// A step's widening of the e4m3 weight tile, the same whatever the tile's X rows, as a share of
+/// a 128-row tile's step (H100: ≈ 8 %, stop 51).
+const WIDENING_SHARE: f64 = 0.08;
+/// What a block costs besides its steps of K, in steps of a 128-row tile: filling the pipeline
+/// and the epilogue (H100, fp8_gemm_bench at 512 rows, one wave of 128 × 128 tiles: ≈ 0.44 µs a
+/// step and ≈ 1.6 µs besides, from E4B's q/k/v at 40 steps, 19.2 µs, and o at 32, 15.7).
+const BLOCK_STEPS: f64 = 4.0;
 /// At most this many slices of K.
 const MAX_K_SLICES: usize = 4;
 /// What slicing K costs besides the steps, in steps of K: per MiB of the f32 partial sums each
@@ -71,6 +81,26 @@ fn k_slices(m: usize, n: usize, tiles: usize, k_steps: usize, multiprocessors: u
     (1..=MAX_K_SLICES.min(k_steps))
         .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(a.cmp(&b)))
         .unwrap_or(1)
+}
+
+/// X rows of a one-slice GEMM's narrow tiles over `w_tiles` weight tiles and `k_steps` steps:
+/// 128 where those fill a wave; otherwise the choice among 128 and [`SUB_WAVE_X_ROWS`] that
+/// costs least, waves × a block's steps (each a step's share for its rows) and overhead, the
+/// widest among equals. E4B at 512 rows on 132: q/k/v takes 112 (120 tiles), o 96 (120), a
+/// KV-sharing layer's q 64 (128).
+fn narrow_x_rows(m: usize, w_tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
+    if m.div_ceil(X_ROWS) * w_tiles >= multiprocessors {
+        return X_ROWS;
+    }
+    let cost = |rows: usize| {
+        let waves = (m.div_ceil(rows) * w_tiles).div_ceil(multiprocessors) as f64;
+        let step = (1.0 - WIDENING_SHARE) * rows as f64 / X_ROWS as f64 + WIDENING_SHARE;
+        waves * (k_steps as f64 * step + BLOCK_STEPS)
+    };
+    std::iter::once(X_ROWS)
+        .chain(SUB_WAVE_X_ROWS)
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(b.cmp(&a)))
+        .unwrap_or(X_ROWS)
 }
 
 /// The shape of the GEMM's tiles.
@@ -144,7 +174,7 @@ pub fn gemm(
     let tiling = tiling(m, outputs, outputs_per_block, multiprocessors);
     let tiles_of =
         |x_rows: usize, outputs: usize| m.div_ceil(x_rows) * outputs.div_ceil(outputs_per_block);
-    let (x_rows, stages, kernel, blocks) = match tiling {
+    let (mut x_rows, stages, mut kernel, mut blocks) = match tiling {
         Tiling::Narrow => (
             X_ROWS,
             STAGES,
@@ -170,6 +200,14 @@ pub fn gemm(
     };
     if epilogue == Epilogue::GeluAndMul && slices > 1 {
         return Ok(None);
+    }
+    if tiling == Tiling::Narrow && slices == 1 && epilogue == Epilogue::Plain {
+        let w_tiles = outputs.div_ceil(outputs_per_block);
+        x_rows = narrow_x_rows(m, w_tiles, k.div_ceil(K_STEP), multiprocessors);
+        if x_rows != X_ROWS {
+            kernel = format!("g4_matmul_bt_fp8_channel_tma_rows{x_rows}_bf16");
+            blocks = tiles_of(x_rows, outputs);
+        }
     }
     let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
@@ -226,7 +264,7 @@ pub fn gemm(
 #[cfg(test)]
 mod tests {
     use super::Tiling::{Narrow, Wide, WideThenNarrow};
-    use super::{k_slices, tiling};
+    use super::{k_slices, narrow_x_rows, tiling};
 
     #[test]
     fn k_slices_only_where_they_pay_for_their_partial_sums() {
@@ -246,6 +284,27 @@ mod tests {
                 k_slices(m, n, tiles, steps, multiprocessors),
                 want,
                 "[{m}, {n}]: {tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
+            );
+        }
+    }
+
+    #[test]
+    fn narrower_tiles_where_128_rows_leave_the_wave_part_idle() {
+        // (m, weight tiles, steps of K, X rows) on 132 multiprocessors: E4B's q/k/v, o, a
+        // KV-sharing layer's q and the per-layer-input projection (K 256) at 512 rows; q/k/v
+        // with tiles enough for a wave (2,048 rows); the probe's M160 N200 K160.
+        for (m, w_tiles, steps, want) in [
+            (512, 24, 40, 112),
+            (512, 20, 32, 96),
+            (512, 16, 40, 64),
+            (512, 20, 4, 96),
+            (2048, 24, 40, 128),
+            (160, 2, 3, 64),
+        ] {
+            assert_eq!(
+                narrow_x_rows(m, w_tiles, steps, 132),
+                want,
+                "[{m}] × {w_tiles} tiles"
             );
         }
     }

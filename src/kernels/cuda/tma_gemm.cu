@@ -27,6 +27,20 @@
 G4_TMA_GEMM_ENTRIES(, 128, g4_tma::NARROW_STAGES)
 G4_TMA_GEMM_ENTRIES(_wide, 256, g4_tma::WIDE_STAGES)
 
+// matmul_bt_fp8_channel in tiles of 64, 96 or 112 X rows (6 stages, one slice): for GEMMs whose
+// 128-row tiles fill less than one wave, the narrowest tiles that still fill it at most once.
+#define G4_TMA_GEMM_SUB_WAVE(ROWS)                                                                                \
+    extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma_rows##ROWS##_bf16( \
+        const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,  \
+        g4_bf16* y, float* partial, int m, int n, int k, int slices) {                                             \
+        G4_KERNEL_START();                                                                                         \
+        g4_tma::gemm_all<g4_tma::E4m3Weights, ROWS, g4_tma::NARROW_STAGES>(&x_map, &w_map, scale, y, partial, m, n, \
+                                                                           k, slices);                             \
+    }
+G4_TMA_GEMM_SUB_WAVE(64)
+G4_TMA_GEMM_SUB_WAVE(96)
+G4_TMA_GEMM_SUB_WAVE(112)
+
 // Both, wide tiles over the first `wide_outputs` outputs and 128-row ones over the rest
 // (gemm_wide_then_narrow): wide_x_map's box is 64 × 256 rows of X, x_map's 64 × 128.
 extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma_wide_then_narrow_bf16(

@@ -178,6 +178,37 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], uint64_t a, uint6
 #endif
 }
 
+// The sub-wave tiles' (64, 96 or 112 rows of X: where 128-row tiles leave multiprocessors idle),
+// A from registers only (e4m3 weights).
+#define G4_OPERANDS_0_31 \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define G4_OPERANDS_32_47 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define G4_OPERANDS_48_55 "%48, %49, %50, %51, %52, %53, %54, %55"
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(G4_WGMMA("m64n64k16") "{" G4_OPERANDS_0_31 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : G4_D16(0), G4_D16(16)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[48], const uint32_t (&a)[4], uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(G4_WGMMA("m64n96k16") "{" G4_OPERANDS_0_31 ", " G4_OPERANDS_32_47
+                 "}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+                 : G4_D16(0), G4_D16(16), G4_D16(32)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+__device__ __forceinline__ void wgmma_m64nk16(float (&d)[56], const uint32_t (&a)[4], uint64_t b) {
+#if defined(G4_TMA_GEMM)
+    asm volatile(G4_WGMMA("m64n112k16") "{" G4_OPERANDS_0_31 ", " G4_OPERANDS_32_47 ", " G4_OPERANDS_48_55
+                 "}, {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n"
+                 : G4_D16(0), G4_D16(16), G4_D16(32), G4_D4(48), G4_D4(52)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+
 #undef G4_WGMMA
 #undef G4_D128
 #undef G4_D64
@@ -187,6 +218,9 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], uint64_t a, uint6
 #undef G4_SUMS_64
 #undef G4_OPERANDS_64_127
 #undef G4_OPERANDS_0_63
+#undef G4_OPERANDS_48_55
+#undef G4_OPERANDS_32_47
+#undef G4_OPERANDS_0_31
 
 // Two e4m3 bytes (low byte first) widened to f32 (exactly: e4m3 → f16 in one instruction),
 // times the row's scale, rounded to bf16 as g4_dequant_fp8_channel rounds them.
@@ -272,7 +306,8 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
                                            const float* __restrict__ scale, g4_bf16* __restrict__ y,
                                            float* __restrict__ partial, int m, int n, int k, int slices, int block,
                                            int first_output, int region_outputs) {
-    static_assert(BN == 128 || BN == 256, "wgmma's N: 128 or 256 rows of X");
+    static_assert(BN == 128 || BN == 256 || (W::IN_REGISTERS && (BN == 64 || BN == 96 || BN == 112)),
+                  "wgmma's N: 128 or 256 rows of X, or 64, 96 or 112 with A from registers");
     static_assert(2 * BN * 128 <= STAGES * Stage<W, BN>::BYTES, "the epilogue's tiles fit in the stages");
 #if defined(G4_TMA_GEMM)
     typedef Stage<W, BN> Tile;
