@@ -30,9 +30,11 @@ const WIDE_STAGES: usize = 5;
 /// X rows a one-slice plain GEMM's narrow tiles may take instead where its 128-row tiles fill
 /// less than one wave: narrower tiles, more of them, the wave's idle multiprocessors put to work.
 const SUB_WAVE_X_ROWS: [usize; 3] = [112, 96, 64];
-/// A step's widening of the e4m3 weight tile, the same whatever the tile's X rows, as a share of
-/// a 128-row tile's step (H100: ≈ 8 %, stop 51).
-const WIDENING_SHARE: f64 = 0.08;
+/// The share of a 128-row tile's step that a narrower tile keeps (the weight tile's copy and
+/// widening, the pipeline's waits): H100, fp8_gemm_bench at 512 rows, one wave each, E4B's q/k/v
+/// 18.4 µs in 112-row tiles against 19.2, o 14.1 in 96-row ones and 15.0 in 112-row ones
+/// against 15.6 (0.63, 0.57, 0.65 under this model).
+const FIXED_STEP_SHARE: f64 = 0.6;
 /// What a block costs besides its steps of K, in steps of a 128-row tile: filling the pipeline
 /// and the epilogue (H100, fp8_gemm_bench at 512 rows, one wave of 128 × 128 tiles: ≈ 0.44 µs a
 /// step and ≈ 1.6 µs besides, from E4B's q/k/v at 40 steps, 19.2 µs, and o at 32, 15.7).
@@ -94,7 +96,7 @@ fn narrow_x_rows(m: usize, w_tiles: usize, k_steps: usize, multiprocessors: usiz
     }
     let cost = |rows: usize| {
         let waves = (m.div_ceil(rows) * w_tiles).div_ceil(multiprocessors) as f64;
-        let step = (1.0 - WIDENING_SHARE) * rows as f64 / X_ROWS as f64 + WIDENING_SHARE;
+        let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
         waves * (k_steps as f64 * step + BLOCK_STEPS)
     };
     std::iter::once(X_ROWS)
