@@ -335,8 +335,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
     // gate/up in e4m3, a prefill block of packed e4m3 (the Hopper GEMM's GeGLU epilogue, its
     // tiles part-filled; then one with enough outputs for wide tiles and a narrow last wave on
-    // 132 multiprocessors, an H100's or H200's), 26B-A4B's shared gate/up (the narrow batch), and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16
-    // outgrow the L2 cache.
+    // 132 multiprocessors, an H100's or H200's), 26B-A4B's shared gate/up (the narrow batch),
+    // and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16 outgrow the L2
+    // cache.
     let shapes = [
         (1, 5, 64, true, false),
         (3, 65, 264, true, false),

@@ -16,7 +16,8 @@ use super::native::{
 };
 use candle_core::{DType, Result, Tensor};
 
-/// Blocks of 128 weight rows by 128 X rows (or 256, "wide"), K in steps of 64 (one 128-byte row
+/// Blocks of 128 weight rows by 128 X rows (or 256, "wide"; or 64–112 where 128-row tiles fill
+/// less than one wave), K in steps of 64 (one 128-byte row
 /// of a bf16 tile), a producer warpgroup and two consumer ones; 6 stages of shared memory (5
 /// wide), each an X tile (rows × 64 bf16), a W tile (128 × 64 e4m3) and two 8-byte barriers, and
 /// 1 KiB to align them.
@@ -140,6 +141,88 @@ fn tiling(m: usize, outputs: usize, outputs_per_block: usize, multiprocessors: u
     }
 }
 
+impl Epilogue {
+    /// `(outputs, outputs a block)` of a GEMM over `n` weight rows: 128 weight rows' own, or 64
+    /// gate rows' and their up rows' product.
+    fn outputs(self, n: usize) -> (usize, usize) {
+        match self {
+            Epilogue::Plain => (n, WEIGHT_ROWS),
+            Epilogue::GeluAndMul => (n / 2, WEIGHT_ROWS / 2),
+        }
+    }
+}
+
+/// How a GEMM launches: its tiling and entry point, the X rows of its (first) tiles, stages,
+/// blocks and slices of K.
+#[derive(Debug, PartialEq, Eq)]
+struct Plan {
+    tiling: Tiling,
+    kernel: String,
+    x_rows: usize,
+    stages: usize,
+    blocks: usize,
+    slices: usize,
+}
+
+/// The launch of an `[m, k] · [n, k]ᵀ` GEMM on `multiprocessors`; `None` where the GEMM does not
+/// run it (the GeGLU epilogue over slices of K).
+fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize) -> Option<Plan> {
+    let (outputs, outputs_per_block) = epilogue.outputs(n);
+    let entry = match epilogue {
+        Epilogue::Plain => "matmul_bt_fp8_channel_tma",
+        Epilogue::GeluAndMul => "fp8_gelu_and_mul_tma",
+    };
+    let tiles_of =
+        |x_rows: usize, outputs: usize| m.div_ceil(x_rows) * outputs.div_ceil(outputs_per_block);
+    let k_steps = k.div_ceil(K_STEP);
+    let tiling = tiling(m, outputs, outputs_per_block, multiprocessors);
+    let slices = match tiling {
+        Tiling::Narrow => k_slices(m, n, tiles_of(X_ROWS, outputs), k_steps, multiprocessors),
+        Tiling::Wide | Tiling::WideThenNarrow { .. } => 1,
+    };
+    if epilogue == Epilogue::GeluAndMul && slices > 1 {
+        return None;
+    }
+    let (x_rows, stages, kernel, blocks) = match tiling {
+        Tiling::Narrow if slices == 1 && epilogue == Epilogue::Plain => {
+            let w_tiles = outputs.div_ceil(outputs_per_block);
+            let x_rows = narrow_x_rows(m, w_tiles, k_steps, multiprocessors);
+            let kernel = if x_rows == X_ROWS {
+                format!("g4_{entry}_bf16")
+            } else {
+                format!("g4_{entry}_rows{x_rows}_bf16")
+            };
+            (x_rows, STAGES, kernel, tiles_of(x_rows, outputs))
+        }
+        Tiling::Narrow => (
+            X_ROWS,
+            STAGES,
+            format!("g4_{entry}_bf16"),
+            tiles_of(X_ROWS, outputs),
+        ),
+        Tiling::Wide => (
+            WIDE_X_ROWS,
+            WIDE_STAGES,
+            format!("g4_{entry}_wide_bf16"),
+            tiles_of(WIDE_X_ROWS, outputs),
+        ),
+        Tiling::WideThenNarrow { wide_outputs } => (
+            WIDE_X_ROWS,
+            WIDE_STAGES,
+            format!("g4_{entry}_wide_then_narrow_bf16"),
+            tiles_of(WIDE_X_ROWS, wide_outputs) + tiles_of(X_ROWS, outputs - wide_outputs),
+        ),
+    };
+    Some(Plan {
+        tiling,
+        kernel,
+        x_rows,
+        stages,
+        blocks,
+        slices,
+    })
+}
+
 /// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the GEMM, where it runs: bf16 rows,
 /// K a multiple of 16 and the outputs of 8, contiguous 16-byte aligned operands, compute
 /// capability 9.0 (its machine code is sm_90a's); with the GeGLU epilogue, where K needs no
@@ -153,11 +236,7 @@ pub fn gemm(
     let (m, k) = rows.dims2()?;
     let (n, weight_k) = weight.dims2()?;
     let device = rows.device();
-    // A block's outputs: 128 weight rows' own, or 64 gate rows' and their up rows' product.
-    let (outputs, outputs_per_block, kernel) = match epilogue {
-        Epilogue::Plain => (n, WEIGHT_ROWS, "matmul_bt_fp8_channel_tma"),
-        Epilogue::GeluAndMul => (n / 2, WEIGHT_ROWS / 2, "fp8_gelu_and_mul_tma"),
-    };
+    let (outputs, outputs_per_block) = epilogue.outputs(n);
     let runs = enabled()
         && rows.dtype() == DType::BF16
         && weight.dtype() == DType::F8E4M3
@@ -173,44 +252,17 @@ pub fn gemm(
     let Some(multiprocessors) = crate::device::multiprocessor_count(device).filter(|_| runs) else {
         return Ok(None);
     };
-    let tiling = tiling(m, outputs, outputs_per_block, multiprocessors);
-    let tiles_of =
-        |x_rows: usize, outputs: usize| m.div_ceil(x_rows) * outputs.div_ceil(outputs_per_block);
-    let (mut x_rows, stages, mut kernel, mut blocks) = match tiling {
-        Tiling::Narrow => (
-            X_ROWS,
-            STAGES,
-            format!("g4_{kernel}_bf16"),
-            tiles_of(X_ROWS, outputs),
-        ),
-        Tiling::Wide => (
-            WIDE_X_ROWS,
-            WIDE_STAGES,
-            format!("g4_{kernel}_wide_bf16"),
-            tiles_of(WIDE_X_ROWS, outputs),
-        ),
-        Tiling::WideThenNarrow { wide_outputs } => (
-            WIDE_X_ROWS,
-            WIDE_STAGES,
-            format!("g4_{kernel}_wide_then_narrow_bf16"),
-            tiles_of(WIDE_X_ROWS, wide_outputs) + tiles_of(X_ROWS, outputs - wide_outputs),
-        ),
-    };
-    let slices = match tiling {
-        Tiling::Narrow => k_slices(m, n, blocks, k.div_ceil(K_STEP), multiprocessors),
-        Tiling::Wide | Tiling::WideThenNarrow { .. } => 1,
-    };
-    if epilogue == Epilogue::GeluAndMul && slices > 1 {
+    let Some(Plan {
+        tiling,
+        kernel,
+        x_rows,
+        stages,
+        blocks,
+        slices,
+    }) = plan(m, n, k, epilogue, multiprocessors)
+    else {
         return Ok(None);
-    }
-    if tiling == Tiling::Narrow && slices == 1 && epilogue == Epilogue::Plain {
-        let w_tiles = outputs.div_ceil(outputs_per_block);
-        x_rows = narrow_x_rows(m, w_tiles, k.div_ceil(K_STEP), multiprocessors);
-        if x_rows != X_ROWS {
-            kernel = format!("g4_matmul_bt_fp8_channel_tma_rows{x_rows}_bf16");
-            blocks = tiles_of(x_rows, outputs);
-        }
-    }
+    };
     let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The narrow tiles' X map beside the wide one's, for the tiles after the wide ones.
@@ -266,7 +318,7 @@ pub fn gemm(
 #[cfg(test)]
 mod tests {
     use super::Tiling::{Narrow, Wide, WideThenNarrow};
-    use super::{k_slices, narrow_x_rows, tiling};
+    use super::{k_slices, narrow_x_rows, plan, tiling, Epilogue};
 
     #[test]
     fn k_slices_only_where_they_pay_for_their_partial_sums() {
@@ -286,6 +338,33 @@ mod tests {
                 k_slices(m, n, tiles, steps, multiprocessors),
                 want,
                 "[{m}, {n}]: {tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
+            );
+        }
+    }
+
+    #[test]
+    fn e4b_prefill_gemms_launch_as_measured() {
+        // E4B's FP8 projections at 512 rows on an H100 or H200 (132 multiprocessors): (n, k,
+        // epilogue) → (entry point, X rows, blocks, slices), the launches stop 54's calls timed:
+        // q/k/v, o, a KV-sharing layer's q (its K in 2 slices: slicing is weighed first), down
+        // and the packed gate/up.
+        let (plain, geglu) = (Epilogue::Plain, Epilogue::GeluAndMul);
+        let (linear, gate_up) = (
+            "matmul_bt_fp8_channel_tma",
+            "fp8_gelu_and_mul_tma_wide_then_narrow",
+        );
+        for (n, k, epilogue, entry, x_rows, blocks, slices) in [
+            (3072, 2560, plain, format!("{linear}_rows112"), 112, 120, 1),
+            (2560, 2048, plain, format!("{linear}_rows96"), 96, 120, 1),
+            (2048, 2560, plain, linear.to_string(), 128, 64, 2),
+            (2560, 10240, plain, linear.to_string(), 128, 80, 3),
+            (20480, 2560, geglu, gate_up.to_string(), 256, 376, 1),
+        ] {
+            let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");
+            assert_eq!(
+                (plan.kernel, plan.x_rows, plan.blocks, plan.slices),
+                (format!("g4_{entry}_bf16"), x_rows, blocks, slices),
+                "[512, {k}] · [{n}, {k}]ᵀ"
             );
         }
     }
