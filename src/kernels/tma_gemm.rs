@@ -48,6 +48,17 @@ const MAX_K_SLICES: usize = 4;
 const SLICE_STEPS_PER_MIB: f64 = 1.4;
 const SLICES_LAUNCH_STEPS: f64 = 6.0;
 
+/// Stream-K (`Tiling::Stream`): what a tile split between blocks costs besides its steps, in
+/// steps of a 128-row tile: each block's f32 sums written and counted, and the last block's
+/// bf16 tile (≈ 0.9 µs, a guess until measured), and each further block's sums that the last
+/// one reads (64 KiB from L2, ≈ 0.2 µs).
+const STREAM_SPLIT_STEPS: f64 = 2.0;
+const STREAM_PARTIAL_STEPS: f64 = 0.5;
+/// Stream-K gives a block at least this many steps, so few blocks share a tile.
+const STREAM_MIN_STEPS: usize = 4;
+/// Tiles a stream-K GEMM may have: its arrival counters, one a tile, are allocated once.
+const STREAM_MAX_TILES: usize = 4096;
+
 /// What the GEMM writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Epilogue {
@@ -62,6 +73,36 @@ pub enum Epilogue {
 fn enabled() -> bool {
     static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ENABLED.get_or_init(|| std::env::var("G4_TMA_GEMM").as_deref() != Ok("0"))
+}
+
+/// Whether plain GEMMs may run as stream-K (`G4_STREAM_K=0` says no), read once.
+fn streams() -> bool {
+    static STREAMS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STREAMS.get_or_init(|| std::env::var("G4_STREAM_K").as_deref() != Ok("0"))
+}
+
+/// Blocks of a stream-K launch over `tiles` 128 × 128 tiles of `k_steps` steps of K on
+/// `multiprocessors`, where it costs less than the tiles one a block in waves: the steps shared
+/// evenly (at least [`STREAM_MIN_STEPS`] a block), plus a block's fill and epilogue and, where a
+/// tile is split, the sums its blocks leave and the last one adds. E4B at 512 rows on 132: q/k/v
+/// (96 tiles × 40 steps), o (80 × 32), a KV-sharing layer's q (64 × 40) and down (80 × 160)
+/// stream; the per-layer-input projection (80 × 4) does not.
+fn stream_blocks(tiles: usize, k_steps: usize, multiprocessors: usize) -> Option<usize> {
+    let work = tiles * k_steps;
+    let blocks = multiprocessors.min(work / STREAM_MIN_STEPS).max(1);
+    let per_block = work.div_ceil(blocks);
+    let waves = tiles.div_ceil(multiprocessors);
+    let one_a_block = (waves * k_steps) as f64 + waves as f64 * BLOCK_STEPS;
+    // Whole tiles a block only where the steps divide evenly into them.
+    let whole_tiles = work % blocks == 0 && (work / blocks) % k_steps == 0;
+    let sharing = if whole_tiles {
+        0.0
+    } else {
+        let most_blocks_a_tile = k_steps.div_ceil(work / blocks) + 1;
+        STREAM_SPLIT_STEPS + (most_blocks_a_tile - 1) as f64 * STREAM_PARTIAL_STEPS
+    };
+    let streamed = per_block as f64 + BLOCK_STEPS + sharing;
+    (tiles <= STREAM_MAX_TILES && streamed < one_a_block).then_some(blocks)
 }
 
 /// Slices of K for a GEMM of `tiles` 128 × 128 output tiles of an [m, n] result and `k_steps`
@@ -121,6 +162,10 @@ enum Tiling {
     /// E4B's gate/up, H100). E4B's gate/up at 512 rows leaves 56 of 132 in its third wave, 31B's
     /// 12 in its sixth.
     WideThenNarrow { wide_outputs: usize },
+    /// Stream-K over 128 × 128 tiles (plain epilogue): the blocks share the tiles' steps of K
+    /// evenly, so a partial last wave leaves no multiprocessor idle; a tile split between blocks
+    /// is added up by the last of them to finish.
+    Stream { blocks: usize },
 }
 
 fn tiling(m: usize, outputs: usize, outputs_per_block: usize, multiprocessors: usize) -> Tiling {
@@ -175,10 +220,16 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
     let tiles_of =
         |x_rows: usize, outputs: usize| m.div_ceil(x_rows) * outputs.div_ceil(outputs_per_block);
     let k_steps = k.div_ceil(K_STEP);
-    let tiling = tiling(m, outputs, outputs_per_block, multiprocessors);
+    let tiling = match tiling(m, outputs, outputs_per_block, multiprocessors) {
+        Tiling::Narrow if epilogue == Epilogue::Plain && streams() => {
+            stream_blocks(tiles_of(X_ROWS, outputs), k_steps, multiprocessors)
+                .map_or(Tiling::Narrow, |blocks| Tiling::Stream { blocks })
+        }
+        tiling => tiling,
+    };
     let slices = match tiling {
         Tiling::Narrow => k_slices(m, n, tiles_of(X_ROWS, outputs), k_steps, multiprocessors),
-        Tiling::Wide | Tiling::WideThenNarrow { .. } => 1,
+        Tiling::Wide | Tiling::WideThenNarrow { .. } | Tiling::Stream { .. } => 1,
     };
     if epilogue == Epilogue::GeluAndMul && slices > 1 {
         return None;
@@ -212,6 +263,7 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
             format!("g4_{entry}_wide_then_narrow_bf16"),
             tiles_of(WIDE_X_ROWS, wide_outputs) + tiles_of(X_ROWS, outputs - wide_outputs),
         ),
+        Tiling::Stream { blocks } => (X_ROWS, STAGES, format!("g4_{entry}_stream_bf16"), blocks),
     };
     Some(Plan {
         tiling,
@@ -263,12 +315,17 @@ pub fn gemm(
     else {
         return Ok(None);
     };
-    let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
+    let ring_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
+    // Stream-K's blocks also keep a bf16 Y tile a consumer warpgroup and a flag.
+    let shared_bytes = match tiling {
+        Tiling::Stream { .. } => ring_bytes + 2 * X_ROWS * WEIGHT_ROWS + 16,
+        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => ring_bytes,
+    };
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The narrow tiles' X map beside the wide one's, for the tiles after the wide ones.
     let narrow_x_map = match tiling {
         Tiling::WideThenNarrow { .. } => Some(tensor_map(rows, K_STEP, X_ROWS, Swizzle::Bytes128)?),
-        Tiling::Narrow | Tiling::Wide => None,
+        Tiling::Narrow | Tiling::Wide | Tiling::Stream { .. } => None,
     };
     // The packed weight's gate and up rows arrive as two boxes of 64.
     let w_map = tensor_map(weight, K_STEP, outputs_per_block, Swizzle::Bytes64)?;
@@ -279,17 +336,29 @@ pub fn gemm(
     } else {
         None
     };
+    // Stream-K's sums of split tiles (two slots a block) and its arrival counts (one a tile).
+    let stream_buffers = match tiling {
+        Tiling::Stream { blocks } => Some((
+            empty(2 * blocks * X_ROWS * WEIGHT_ROWS, DType::F32, device)?,
+            super::native::lasting_counters(device, STREAM_MAX_TILES)?,
+        )),
+        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => None,
+    };
     let mut args = vec![Arg::TensorMap(&x_map)];
     if let Some(narrow_x_map) = &narrow_x_map {
         args.push(Arg::TensorMap(narrow_x_map));
     }
     args.extend([Arg::TensorMap(&w_map), Arg::Tensor(&scale), Arg::Tensor(&y)]);
     // After Y, the plain entries take the partial sums (slices of K) and the slice count, the
-    // wide-then-narrow ones the wide tiles' outputs, the GeGLU ones neither.
+    // wide-then-narrow ones the wide tiles' outputs, the stream-K one its sums and arrivals
+    // before the shape, the GeGLU ones nothing more.
     let plain_entry =
-        epilogue == Epilogue::Plain && !matches!(tiling, Tiling::WideThenNarrow { .. });
+        epilogue == Epilogue::Plain && matches!(tiling, Tiling::Narrow | Tiling::Wide);
     if plain_entry {
         args.push(Arg::OptionalTensor(partial.as_ref()));
+    }
+    if let Some((sums, arrivals)) = &stream_buffers {
+        args.extend([Arg::Tensor(sums), Arg::Tensor(arrivals)]);
     }
     args.extend([Arg::I32(m as i32), Arg::I32(n as i32), Arg::I32(k as i32)]);
     if plain_entry {
@@ -318,7 +387,7 @@ pub fn gemm(
 #[cfg(test)]
 mod tests {
     use super::Tiling::{Narrow, Wide, WideThenNarrow};
-    use super::{k_slices, narrow_x_rows, plan, tiling, Epilogue};
+    use super::{k_slices, narrow_x_rows, plan, stream_blocks, tiling, Epilogue};
 
     #[test]
     fn k_slices_only_where_they_pay_for_their_partial_sums() {
@@ -345,19 +414,21 @@ mod tests {
     #[test]
     fn e4b_prefill_gemms_launch_as_measured() {
         // E4B's FP8 projections at 512 rows on an H100 or H200 (132 multiprocessors): (n, k,
-        // epilogue) → (entry point, X rows, blocks, slices), the launches stop 54's calls timed:
-        // q/k/v, o, a KV-sharing layer's q (its K in 2 slices: slicing is weighed first), down
-        // and the packed gate/up.
+        // epilogue) → (entry point, X rows, blocks, slices): q/k/v, o, a KV-sharing layer's q and
+        // down as stream-K, the per-layer-input projection (K 256, too short to share out) in
+        // 96-row tiles, and the packed gate/up.
         let (plain, geglu) = (Epilogue::Plain, Epilogue::GeluAndMul);
         let (linear, gate_up) = (
             "matmul_bt_fp8_channel_tma",
             "fp8_gelu_and_mul_tma_wide_then_narrow",
         );
+        let stream = format!("{linear}_stream");
         for (n, k, epilogue, entry, x_rows, blocks, slices) in [
-            (3072, 2560, plain, format!("{linear}_rows112"), 112, 120, 1),
-            (2560, 2048, plain, format!("{linear}_rows96"), 96, 120, 1),
-            (2048, 2560, plain, linear.to_string(), 128, 64, 2),
-            (2560, 10240, plain, linear.to_string(), 128, 80, 3),
+            (3072, 2560, plain, stream.clone(), 128, 132, 1),
+            (2560, 2048, plain, stream.clone(), 128, 132, 1),
+            (2048, 2560, plain, stream.clone(), 128, 132, 1),
+            (2560, 10240, plain, stream.clone(), 128, 132, 1),
+            (2560, 256, plain, format!("{linear}_rows96"), 96, 120, 1),
             (20480, 2560, geglu, gate_up.to_string(), 256, 376, 1),
         ] {
             let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");
@@ -365,6 +436,32 @@ mod tests {
                 (plan.kernel, plan.x_rows, plan.blocks, plan.slices),
                 (format!("g4_{entry}_bf16"), x_rows, blocks, slices),
                 "[512, {k}] · [{n}, {k}]ᵀ"
+            );
+        }
+    }
+
+    #[test]
+    fn stream_k_where_sharing_the_steps_beats_a_part_idle_wave() {
+        // (tiles, steps of K, blocks) on 132 multiprocessors: E4B's q/k/v, o, a KV-sharing
+        // layer's q and down at 512 rows stream; its per-layer-input projection (K 256) and one
+        // step over a whole wave do not; the probe's stream-K cases (4 tiles of 17 steps, 336 of
+        // 2, 1 of 16) do, and its 64-row case (4 tiles of 3 steps) does not.
+        for (tiles, steps, want) in [
+            (96, 40, Some(132)),
+            (80, 32, Some(132)),
+            (64, 40, Some(132)),
+            (80, 160, Some(132)),
+            (80, 4, None),
+            (132, 1, None),
+            (4, 17, Some(17)),
+            (336, 2, Some(132)),
+            (1, 16, Some(4)),
+            (4, 3, None),
+        ] {
+            assert_eq!(
+                stream_blocks(tiles, steps, 132),
+                want,
+                "{tiles} tiles × {steps} steps"
             );
         }
     }
