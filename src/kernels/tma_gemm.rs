@@ -94,7 +94,7 @@ fn stream_blocks(tiles: usize, k_steps: usize, multiprocessors: usize) -> Option
     let waves = tiles.div_ceil(multiprocessors);
     let one_a_block = (waves * k_steps) as f64 + waves as f64 * BLOCK_STEPS;
     // Whole tiles a block only where the steps divide evenly into them.
-    let whole_tiles = work % blocks == 0 && (work / blocks) % k_steps == 0;
+    let whole_tiles = work.is_multiple_of(blocks) && (work / blocks).is_multiple_of(k_steps);
     let sharing = if whole_tiles {
         0.0
     } else {
