@@ -102,7 +102,9 @@ fn stream_blocks(tiles: usize, k_steps: usize, multiprocessors: usize) -> Option
         STREAM_SPLIT_STEPS + (most_blocks_a_tile - 1) as f64 * STREAM_PARTIAL_STEPS
     };
     let streamed = per_block as f64 + BLOCK_STEPS + sharing;
-    (tiles <= STREAM_MAX_TILES && streamed < one_a_block).then_some(blocks)
+    // The kernel counts steps × blocks in 32 bits.
+    let fits = work * blocks < 1 << 31;
+    (tiles <= STREAM_MAX_TILES && fits && streamed < one_a_block).then_some(blocks)
 }
 
 /// Slices of K for a GEMM of `tiles` 128 × 128 output tiles of an [m, n] result and `k_steps`

@@ -575,9 +575,11 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
     uint8_t* out_tiles = ring.end();
     int* last_to_arrive = reinterpret_cast<int*>(out_tiles + 2 * BN * 128);
 
-    const int x_tiles = (m + BN - 1) / BN, w_tiles = (n + BM - 1) / BM;
-    const long long steps = (k + BK - 1) / BK, work = (long long)x_tiles * w_tiles * steps, blocks = gridDim.x;
-    const long long first = blockIdx.x * work / blocks, end = (blockIdx.x + 1) * work / blocks;
+    // 32-bit arithmetic throughout: the host keeps work × blocks below 2^31. Divisions stay off
+    // the per-step paths (a single producer thread issues every copy).
+    const unsigned x_tiles = (m + BN - 1) / BN, w_tiles = (n + BM - 1) / BM, steps = (k + BK - 1) / BK;
+    const unsigned work = x_tiles * w_tiles * steps, blocks = gridDim.x;
+    const unsigned first = blockIdx.x * work / blocks, total = (blockIdx.x + 1) * work / blocks - first;
     const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
 
     if (tid == 0) ring.init();
@@ -585,40 +587,44 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
 
     if (warpgroup == 0) {
         set_registers_down<PRODUCER_REGISTERS>();
-        if (tid == 0)
-            for (long long u = first; u < end; ++u) {
-                const int tile = (int)(u / steps);
-                ring.template produce<false>((int)(u - first), x_map, w_map, (int)(u % steps) * BK,
-                                             tile % x_tiles * BN, tile / x_tiles * BM, 0);
+        if (tid == 0) {
+            unsigned tile = first / steps, step = first % steps;
+            int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM;
+            for (unsigned i = 0; i < total; ++i) {
+                ring.template produce<false>(i, x_map, w_map, step * BK, m0, n0, 0);
+                if (++step == steps) {
+                    step = 0, ++tile;
+                    m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM;
+                }
             }
+        }
         return;
     }
 
     set_registers_up<CONSUMER_REGISTERS>();
     const int consumer = warpgroup - 1, warp = tid % 128 / 32, g = lane / 4, thread = tid - 128;
     const int first_row = consumer * 64 + warp * 16;
-    // The block whose steps include step u, and the workspace slot of block c's sums of `tile`.
-    auto owner = [&](long long u) { return (int)(((u + 1) * blocks - 1) / work); };
-    auto slot = [&](int c, int tile) { return 2 * c + (c * work / blocks / steps == tile ? 0 : 1); };
+    // The block whose steps include step u.
+    auto owner = [&](unsigned u) { return ((u + 1) * blocks - 1) / work; };
     const size_t slot_vectors = (size_t)VECTORS * 256;
-    float4* sums = reinterpret_cast<float4*>(workspace);
-    for (long long u = first; u < end;) {
-        const int tile = (int)(u / steps);
-        const long long tile_first = (long long)tile * steps, run_end = min(end, tile_first + steps);
-        const int ring_first = (int)(u - first), count = (int)(run_end - u);
+    const float4* sums_in = reinterpret_cast<const float4*>(workspace);
+    float4* sums_out = reinterpret_cast<float4*>(workspace);
+    unsigned tile = first / steps, step0 = first % steps;
+    for (unsigned done = 0; done < total; done += steps - step0, step0 = 0, ++tile) {
+        const unsigned count = min(total - done, steps - step0);
         const int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM, group_row = n0 + consumer * 64;
         const float scale_low = W::row_scale(scale, group_row + warp * 16 + g, n);
         const float scale_high = W::row_scale(scale, group_row + warp * 16 + g + 8, n);
         float d[BN / 2];
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-        ring.accumulate(d, ring_first, count, first_row, consumer, lane, scale_low, scale_high);
-        ring.release(ring_first + count - 1, lane);
-        u = run_end;
-        if (run_end - tile_first < steps || ring_first + first > tile_first) {
-            // Part of a tile: leave this block's sums, and add them all if it is the last.
-            const int first_block = owner(tile_first), last_block = owner(tile_first + steps - 1);
-            float4* mine = sums + slot(blockIdx.x, tile) * slot_vectors + thread;
+        ring.accumulate(d, done, count, first_row, consumer, lane, scale_low, scale_high);
+        ring.release(done + count - 1, lane);
+        if (step0 > 0 || count < steps) {
+            // Part of a tile: leave this block's sums (slot 2b for the tile it began in, 2b + 1
+            // for the one it ended in), and add every block's if it is the last to arrive.
+            const unsigned first_block = owner(tile * steps), last_block = owner(tile * steps + steps - 1);
+            float4* mine = sums_out + (2 * blockIdx.x + (done > 0 ? 1 : 0)) * slot_vectors + thread;
 #pragma unroll
             for (int j = 0; j < VECTORS; ++j)
                 __stcg(mine + j * 256, make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
@@ -629,19 +635,18 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
             named_barrier(1, 256);
             if (!*last_to_arrive) continue;
             __threadfence();
+            // Every block's sums, this one's too, from the workspace in the order of K.
+            for (unsigned c = first_block; c <= last_block; ++c) {
+                const bool began_here = c * work / blocks / steps == tile;
+                const float4* theirs = sums_in + (2 * c + (began_here ? 0 : 1)) * slot_vectors + thread;
 #pragma unroll
-            for (int j = 0; j < VECTORS; ++j) {
-                const float4 own = make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]);
-                float4 total = own;
-                for (int c = first_block; c <= last_block; ++c) {
-                    const float4 part =
-                        c == (int)blockIdx.x ? own : __ldcg(sums + slot(c, tile) * slot_vectors + j * 256 + thread);
+                for (int j = 0; j < VECTORS; ++j) {
+                    const float4 part = __ldcg(theirs + j * 256);
                     if (c == first_block)
-                        total = part;
+                        d[4 * j] = part.x, d[4 * j + 1] = part.y, d[4 * j + 2] = part.z, d[4 * j + 3] = part.w;
                     else
-                        total.x += part.x, total.y += part.y, total.z += part.z, total.w += part.w;
+                        d[4 * j] += part.x, d[4 * j + 1] += part.y, d[4 * j + 2] += part.z, d[4 * j + 3] += part.w;
                 }
-                d[4 * j] = total.x, d[4 * j + 1] = total.y, d[4 * j + 2] = total.z, d[4 * j + 3] = total.w;
             }
         }
         // No thread of the warpgroup still reads its Y tile from the tile before.
