@@ -318,9 +318,9 @@ pub fn gemm(
         return Ok(None);
     };
     let ring_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
-    // Stream-K's blocks also keep a bf16 Y tile a consumer warpgroup and a flag.
+    // Stream-K's blocks also keep a bf16 Y tile a consumer warpgroup.
     let shared_bytes = match tiling {
-        Tiling::Stream { .. } => ring_bytes + 2 * X_ROWS * WEIGHT_ROWS + 16,
+        Tiling::Stream { .. } => ring_bytes + 2 * X_ROWS * WEIGHT_ROWS,
         Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => ring_bytes,
     };
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
@@ -338,10 +338,10 @@ pub fn gemm(
     } else {
         None
     };
-    // Stream-K's sums of split tiles (two slots a block) and its arrival counts (one a tile).
+    // Stream-K's sums of split tiles (a slot a block) and its arrival counts (one a tile).
     let stream_buffers = match tiling {
         Tiling::Stream { blocks } => Some((
-            empty(2 * blocks * X_ROWS * WEIGHT_ROWS, DType::F32, device)?,
+            empty(blocks * X_ROWS * WEIGHT_ROWS, DType::F32, device)?,
             super::native::lasting_counters(device, STREAM_MAX_TILES)?,
         )),
         Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => None,

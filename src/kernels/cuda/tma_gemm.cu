@@ -42,8 +42,8 @@ G4_TMA_GEMM_SUB_WAVE(96)
 G4_TMA_GEMM_SUB_WAVE(112)
 
 // matmul_bt_fp8_channel as stream-K (gemm_stream): the grid's blocks share 128 × 128 tiles' steps
-// of K evenly; `workspace` holds 2 × gridDim.x slots of a tile's f32 sums, `arrivals` a count a
-// tile (zero before the first launch; each launch leaves it zero).
+// of K evenly; `workspace` holds gridDim.x slots of a tile's f32 sums, `arrivals` a count a tile
+// (zero before the first launch; each launch leaves it zero). gridDim.x ≤ multiprocessors.
 extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma_stream_bf16(
     const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,
     g4_bf16* y, float* workspace, unsigned* arrivals, int m, int n, int k) {

@@ -546,22 +546,33 @@ __device__ __forceinline__ void gemm_all(const CUtensorMap* x_map, const CUtenso
 // Stages of the two tile shapes: 128 weight rows by 128 X rows, or by 256 ("wide").
 constexpr int NARROW_STAGES = 6, WIDE_STAGES = 5;
 
+// A count other blocks raise, read with acquire semantics (their sums, written before, are
+// then visible).
+__device__ __forceinline__ unsigned arrived(const unsigned* count) {
+    unsigned value = 0;
+#if defined(G4_TMA_GEMM)
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(count) : "memory");
+#endif
+    return value;
+}
+
 // Stream-K, for plain GEMMs whose 128 × 128 tiles leave much of their last wave idle: the
 // grid's blocks share the GEMM's tiles × steps of K evenly, block b steps [b·W / B, (b + 1)·W / B)
 // of the W of them in order (a tile's steps together, X tiles fastest), so a block may end one
 // tile and begin the next, in one pass over its ring. A tile whose steps one block ran whole
-// goes to Y as gemm_block's do. Otherwise each block that ran some of it leaves its f32 sums in
-// `workspace` (slot 2b for the tile a block began in, 2b + 1 for the tile it ended in) and counts
-// itself in `arrivals[tile]`; the last to arrive adds every block's sums in the order of K (the
-// same bits whoever is last) and writes Y. atomicInc wraps the count back to 0, so `arrivals`
-// (zero before the first launch) is ready for the next. No block waits for another.
-// Shared memory: gemm_block's ring, then a Y tile for each consumer warpgroup (its own, so a
-// block can write one while its ring already holds the next tile's steps) and the last-arrival
-// flag: stream_shared_bytes<W, STAGES>().
+// goes to Y as gemm_block's do. A tile split between blocks is finished by the block that ran
+// its first steps: every other block ran the tile's later steps as its own first ones, left its
+// f32 sums in `workspace` (slot b) and counted itself in `arrivals[tile]`; the first block waits
+// for the count (in practice it is long complete: its own part of the tile is its last), adds
+// their sums to its own in the order of K (deterministic), writes Y and sets the count back to
+// 0 for the next launch. The wait needs every block resident at once: at most one block a
+// multiprocessor. Shared memory: gemm_block's ring, then a Y tile for each consumer warpgroup
+// (its own, so a block can write one while its ring already holds the next tile's steps):
+// stream_shared_bytes<W, STAGES>().
 constexpr int STREAM_X_ROWS = 128;
 template <typename W, int STAGES>
 constexpr int stream_shared_bytes() {
-    return shared_bytes<W, STREAM_X_ROWS, STAGES>() + 2 * STREAM_X_ROWS * 128 + 16;
+    return shared_bytes<W, STREAM_X_ROWS, STAGES>() + 2 * STREAM_X_ROWS * 128;
 }
 template <typename W, int STAGES>
 __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUtensorMap* w_map,
@@ -573,7 +584,6 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
     extern __shared__ uint8_t raw_shared[];
     const Ring<W, BN, STAGES> ring(raw_shared);
     uint8_t* out_tiles = ring.end();
-    int* last_to_arrive = reinterpret_cast<int*>(out_tiles + 2 * BN * 128);
 
     // 32-bit arithmetic throughout: the host keeps work × blocks below 2^31. Divisions stay off
     // the per-step paths (a single producer thread issues every copy).
@@ -621,31 +631,35 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
         ring.accumulate(d, done, count, first_row, consumer, lane, scale_low, scale_high);
         ring.release(done + count - 1, lane);
         if (step0 > 0 || count < steps) {
-            // Part of a tile: leave this block's sums (slot 2b for the tile it began in, 2b + 1
-            // for the one it ended in), and add every block's if it is the last to arrive.
+            // Part of a tile. The block that ran its first steps (this one where step0 is 0) adds
+            // the others' sums to its own in the order of K once they are all in; each other
+            // block ran the tile's later steps first thing (step0 > 0), so it leaves its sums in
+            // its slot, b, and counts itself in.
             const unsigned first_block = owner(tile * steps), last_block = owner(tile * steps + steps - 1);
-            float4* mine = sums_out + (2 * blockIdx.x + (done > 0 ? 1 : 0)) * slot_vectors + thread;
+            if (step0 > 0) {
+                float4* mine = sums_out + blockIdx.x * slot_vectors + thread;
 #pragma unroll
-            for (int j = 0; j < VECTORS; ++j)
-                __stcg(mine + j * 256, make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
-            __threadfence();
+                for (int j = 0; j < VECTORS; ++j)
+                    __stcg(mine + j * 256, make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
+                named_barrier(1, 256);
+                if (thread == 0) {
+                    __threadfence();
+                    atomicAdd(&arrivals[tile], 1u);
+                }
+                continue;
+            }
+            if (thread == 0) {
+                while (arrived(&arrivals[tile]) != last_block - first_block) {
+                }
+                arrivals[tile] = 0;
+            }
             named_barrier(1, 256);
-            if (thread == 0)
-                *last_to_arrive = atomicInc(&arrivals[tile], last_block - first_block) == last_block - first_block;
-            named_barrier(1, 256);
-            if (!*last_to_arrive) continue;
-            __threadfence();
-            // Every block's sums, this one's too, from the workspace in the order of K.
-            for (unsigned c = first_block; c <= last_block; ++c) {
-                const bool began_here = c * work / blocks / steps == tile;
-                const float4* theirs = sums_in + (2 * c + (began_here ? 0 : 1)) * slot_vectors + thread;
+            for (unsigned c = first_block + 1; c <= last_block; ++c) {
+                const float4* theirs = sums_in + c * slot_vectors + thread;
 #pragma unroll
                 for (int j = 0; j < VECTORS; ++j) {
                     const float4 part = __ldcg(theirs + j * 256);
-                    if (c == first_block)
-                        d[4 * j] = part.x, d[4 * j + 1] = part.y, d[4 * j + 2] = part.z, d[4 * j + 3] = part.w;
-                    else
-                        d[4 * j] += part.x, d[4 * j + 1] += part.y, d[4 * j + 2] += part.z, d[4 * j + 3] += part.w;
+                    d[4 * j] += part.x, d[4 * j + 1] += part.y, d[4 * j + 2] += part.z, d[4 * j + 3] += part.w;
                 }
             }
         }
