@@ -202,7 +202,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "the same where 128-row tiles would leave much of their last wave idle and K is long enough to share out (132 multiprocessors: E4B's q/k/v, o and down at 512 rows)",
-        path: "the same GEMM as stream-K: the blocks share the tiles' steps of K evenly; a split tile's f32 sums added in the order of K by the last of its blocks to finish",
+        path: "the same GEMM as stream-K over tiles of 256 weight rows: the blocks share the tiles' steps of K evenly; a split tile's f32 sums added in the order of K by the block that ran its first steps",
         case: "M200 N136 K1040",
     },
     ShapePath {
@@ -252,10 +252,10 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // warp group or block divides), prefill blocks (the Hopper GEMM's, on 132 multiprocessors:
     // a few tiles that rows and columns part-fill, with a last step of K half filled; 128-row
     // tiles filling one wave, and leaving it 73 % and 61 % full over a K too short to share;
-    // wide tiles leaving a last wave at most half full; stream-K: 4 part-filled tiles over 17
-    // steps of K (the last part-filled) shared by 17 blocks, so blocks span two tiles and up to
-    // 6 share one; 336 tiles of 2 steps on 132 blocks, whole tiles between split ends; one tile
-    // shared by 4; one that takes the dequantisation everywhere), K off the 16-weight vectors,
+    // wide tiles leaving a last wave at most half full; stream-K over tall tiles: 2 part-filled
+    // ones over 17 steps of K (the last part-filled) shared by 8 blocks, so blocks span two tiles
+    // and up to 5 share one; 168 of 2 steps, two whole ones a block; one shared by 4; one that
+    // takes the dequantisation everywhere), K off the 16-weight vectors,
     // and last (the one `--perf` times) a decode GEMV of E4B's MLP down projection, whose 26 MB
     // of e4m3 outgrow the L2 cache.
     let shapes = [

@@ -48,10 +48,16 @@ const MAX_K_SLICES: usize = 4;
 const SLICE_STEPS_PER_MIB: f64 = 1.4;
 const SLICES_LAUNCH_STEPS: f64 = 6.0;
 
-/// Stream-K (`Tiling::Stream`): what a tile split between blocks costs besides its steps, in
-/// steps of a 128-row tile: each block's f32 sums written and counted, and the last block's
-/// bf16 tile (≈ 0.9 µs, a guess until measured), and each further block's sums that the last
-/// one reads (64 KiB from L2, ≈ 0.2 µs).
+/// Stream-K (`Tiling::Stream`) takes tall tiles: 256 weight rows by 128 X rows, so each X byte
+/// copied into shared memory serves twice the weight rows (the GEMM is bound by those copies:
+/// H100, one block a tile, ≈ 5.5 TB/s of them however many multiprocessors run).
+const STREAM_WEIGHT_ROWS: usize = 256;
+/// A tall tile's step of K in steps of a 128 × 128 tile: 32 KiB copied against 24 (a guess
+/// until measured).
+const TALL_STEP: f64 = 1.4;
+/// What a tile split between blocks costs besides its steps, in steps of a 128-row tile: the
+/// other blocks' f32 sums written and counted, and the first block's wait and reads (64 KiB a
+/// block from L2) — guesses until measured.
 const STREAM_SPLIT_STEPS: f64 = 2.0;
 const STREAM_PARTIAL_STEPS: f64 = 0.5;
 /// Stream-K gives a block at least this many steps, so few blocks share a tile.
@@ -81,17 +87,23 @@ fn streams() -> bool {
     *STREAMS.get_or_init(|| std::env::var("G4_STREAM_K").as_deref() != Ok("0"))
 }
 
-/// Blocks of a stream-K launch over `tiles` 128 × 128 tiles of `k_steps` steps of K on
-/// `multiprocessors`, where it costs less than the tiles one a block in waves: the steps shared
-/// evenly (at least [`STREAM_MIN_STEPS`] a block), plus a block's fill and epilogue and, where a
-/// tile is split, the sums its blocks leave and the last one adds. E4B at 512 rows on 132: q/k/v
-/// (96 tiles × 40 steps), o (80 × 32), a KV-sharing layer's q (64 × 40) and down (80 × 160)
-/// stream; the per-layer-input projection (80 × 4) does not.
-fn stream_blocks(tiles: usize, k_steps: usize, multiprocessors: usize) -> Option<usize> {
-    let work = tiles * k_steps;
+/// Blocks of a stream-K launch over `tall_tiles` tiles of 256 weight rows and `k_steps` steps
+/// of K on `multiprocessors`, where it costs less than the `narrow_tiles` 128 × 128 tiles one a
+/// block in waves: the steps shared evenly (at least [`STREAM_MIN_STEPS`] a block), plus a
+/// block's fill and epilogue and, where a tile is split, the sums its other blocks leave and
+/// its first block adds. E4B at 512 rows on 132: q/k/v (48 tall tiles × 40 steps), o (40 × 32),
+/// a KV-sharing layer's q (32 × 40) and down (40 × 160) stream; the per-layer-input projection
+/// (40 × 4) does not.
+fn stream_blocks(
+    tall_tiles: usize,
+    narrow_tiles: usize,
+    k_steps: usize,
+    multiprocessors: usize,
+) -> Option<usize> {
+    let work = tall_tiles * k_steps;
     let blocks = multiprocessors.min(work / STREAM_MIN_STEPS).max(1);
     let per_block = work.div_ceil(blocks);
-    let waves = tiles.div_ceil(multiprocessors);
+    let waves = narrow_tiles.div_ceil(multiprocessors);
     let one_a_block = (waves * k_steps) as f64 + waves as f64 * BLOCK_STEPS;
     // Whole tiles a block only where the steps divide evenly into them.
     let whole_tiles = work.is_multiple_of(blocks) && (work / blocks).is_multiple_of(k_steps);
@@ -101,10 +113,10 @@ fn stream_blocks(tiles: usize, k_steps: usize, multiprocessors: usize) -> Option
         let most_blocks_a_tile = k_steps.div_ceil(work / blocks) + 1;
         STREAM_SPLIT_STEPS + (most_blocks_a_tile - 1) as f64 * STREAM_PARTIAL_STEPS
     };
-    let streamed = per_block as f64 + BLOCK_STEPS + sharing;
+    let streamed = per_block as f64 * TALL_STEP + BLOCK_STEPS + sharing;
     // The kernel counts steps × blocks in 32 bits.
     let fits = work * blocks < 1 << 31;
-    (tiles <= STREAM_MAX_TILES && fits && streamed < one_a_block).then_some(blocks)
+    (tall_tiles <= STREAM_MAX_TILES && fits && streamed < one_a_block).then_some(blocks)
 }
 
 /// Slices of K for a GEMM of `tiles` 128 × 128 output tiles of an [m, n] result and `k_steps`
@@ -164,9 +176,9 @@ enum Tiling {
     /// E4B's gate/up, H100). E4B's gate/up at 512 rows leaves 56 of 132 in its third wave, 31B's
     /// 12 in its sixth.
     WideThenNarrow { wide_outputs: usize },
-    /// Stream-K over 128 × 128 tiles (plain epilogue): the blocks share the tiles' steps of K
-    /// evenly, so a partial last wave leaves no multiprocessor idle; a tile split between blocks
-    /// is added up by the last of them to finish.
+    /// Stream-K over tall tiles, 256 weight rows by 128 X rows (plain epilogue): the blocks
+    /// share the tiles' steps of K evenly, so no multiprocessor idles in a part-filled wave; a
+    /// tile split between blocks is finished by the block that ran its first steps.
     Stream { blocks: usize },
 }
 
@@ -224,8 +236,14 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
     let k_steps = k.div_ceil(K_STEP);
     let tiling = match tiling(m, outputs, outputs_per_block, multiprocessors) {
         Tiling::Narrow if epilogue == Epilogue::Plain && streams() => {
-            stream_blocks(tiles_of(X_ROWS, outputs), k_steps, multiprocessors)
-                .map_or(Tiling::Narrow, |blocks| Tiling::Stream { blocks })
+            let tall_tiles = m.div_ceil(X_ROWS) * outputs.div_ceil(STREAM_WEIGHT_ROWS);
+            stream_blocks(
+                tall_tiles,
+                tiles_of(X_ROWS, outputs),
+                k_steps,
+                multiprocessors,
+            )
+            .map_or(Tiling::Narrow, |blocks| Tiling::Stream { blocks })
         }
         tiling => tiling,
     };
@@ -317,20 +335,26 @@ pub fn gemm(
     else {
         return Ok(None);
     };
-    let ring_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
-    // Stream-K's blocks also keep a bf16 Y tile a consumer warpgroup.
-    let shared_bytes = match tiling {
-        Tiling::Stream { .. } => ring_bytes + 2 * X_ROWS * WEIGHT_ROWS,
-        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => ring_bytes,
+    // Stream-K's tall tiles take 256 weight rows a stage, and each consumer warpgroup keeps a
+    // bf16 Y tile (128 X rows × 64 weight rows).
+    let (weight_rows, y_tiles_bytes) = match tiling {
+        Tiling::Stream { .. } => (STREAM_WEIGHT_ROWS, 2 * X_ROWS * 64 * 2),
+        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => (WEIGHT_ROWS, 0),
     };
+    let shared_bytes =
+        stages * (x_rows * K_STEP * 2 + weight_rows * K_STEP + 16) + 1024 + y_tiles_bytes;
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The narrow tiles' X map beside the wide one's, for the tiles after the wide ones.
     let narrow_x_map = match tiling {
         Tiling::WideThenNarrow { .. } => Some(tensor_map(rows, K_STEP, X_ROWS, Swizzle::Bytes128)?),
         Tiling::Narrow | Tiling::Wide | Tiling::Stream { .. } => None,
     };
-    // The packed weight's gate and up rows arrive as two boxes of 64.
-    let w_map = tensor_map(weight, K_STEP, outputs_per_block, Swizzle::Bytes64)?;
+    // The packed weight's gate and up rows arrive as two boxes of 64; a tall tile's as one of 256.
+    let w_box_rows = match tiling {
+        Tiling::Stream { .. } => STREAM_WEIGHT_ROWS,
+        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => outputs_per_block,
+    };
+    let w_map = tensor_map(weight, K_STEP, w_box_rows, Swizzle::Bytes64)?;
     let y = empty((m, outputs), DType::BF16, device)?;
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let partial = if slices > 1 {
@@ -338,10 +362,11 @@ pub fn gemm(
     } else {
         None
     };
-    // Stream-K's sums of split tiles (a slot a block) and its arrival counts (one a tile).
+    // Stream-K's sums of split tiles (a tall tile's, a slot a block) and its arrival counts (one
+    // a tile).
     let stream_buffers = match tiling {
         Tiling::Stream { blocks } => Some((
-            empty(blocks * X_ROWS * WEIGHT_ROWS, DType::F32, device)?,
+            empty(blocks * X_ROWS * STREAM_WEIGHT_ROWS, DType::F32, device)?,
             super::native::lasting_counters(device, STREAM_MAX_TILES)?,
         )),
         Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => None,
@@ -444,26 +469,26 @@ mod tests {
 
     #[test]
     fn stream_k_where_sharing_the_steps_beats_a_part_idle_wave() {
-        // (tiles, steps of K, blocks) on 132 multiprocessors: E4B's q/k/v, o, a KV-sharing
-        // layer's q and down at 512 rows stream; its per-layer-input projection (K 256) and one
-        // step over a whole wave do not; the probe's stream-K cases (4 tiles of 17 steps, 336 of
-        // 2, 1 of 16) do, and its 64-row case (4 tiles of 3 steps) does not.
-        for (tiles, steps, want) in [
-            (96, 40, Some(132)),
-            (80, 32, Some(132)),
-            (64, 40, Some(132)),
-            (80, 160, Some(132)),
-            (80, 4, None),
-            (132, 1, None),
-            (4, 17, Some(17)),
-            (336, 2, Some(132)),
-            (1, 16, Some(4)),
-            (4, 3, None),
+        // (tall tiles, 128 × 128 tiles, steps of K, blocks) on 132 multiprocessors: E4B's q/k/v,
+        // o, a KV-sharing layer's q and down at 512 rows stream; its per-layer-input projection
+        // (K 256) and one step over a whole wave do not; the probe's stream-K cases (2 tall tiles
+        // of 17 steps, 168 of 2, 1 of 16) do, and its 64-row case (4 tiles of 3 steps) does not.
+        for (tall, narrow, steps, want) in [
+            (48, 96, 40, Some(132)),
+            (40, 80, 32, Some(132)),
+            (32, 64, 40, Some(132)),
+            (40, 80, 160, Some(132)),
+            (40, 80, 4, None),
+            (68, 132, 1, None),
+            (2, 4, 17, Some(8)),
+            (168, 336, 2, Some(84)),
+            (1, 1, 16, Some(4)),
+            (2, 4, 3, None),
         ] {
             assert_eq!(
-                stream_blocks(tiles, steps, 132),
+                stream_blocks(tall, narrow, steps, 132),
                 want,
-                "{tiles} tiles × {steps} steps"
+                "{tall} tall tiles ({narrow} narrow) × {steps} steps"
             );
         }
     }
