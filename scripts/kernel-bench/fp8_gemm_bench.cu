@@ -214,14 +214,6 @@ __global__ void __launch_bounds__(g4_tma::THREADS, 1)
     g4_tma::gemm_all<W, BN, STAGES, GEGLU>(&x_map, &w_map, scale, y, partial, m, n, k, slices);
 }
 
-// Stream-K over 128 × 128 tiles (g4's takes 256 weight rows a tile), beside g4's.
-__global__ void __launch_bounds__(g4_tma::THREADS, 1)
-    tma_stream_128(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map,
-                   const float* scale, bf* y, float* workspace, unsigned* arrivals, int m, int n, int k) {
-    g4_tma::gemm_stream<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES, 1>(&x_map, &w_map, scale, y, workspace, arrivals,
-                                                                        m, n, k);
-}
-
 // tma_gemm.rs's `tiling`: the outputs wide tiles take when a GEMM of `outputs` (`per_block` a
 // block) would fill the GPU at least twice with them and leave its last wide wave at most half
 // full; 0 where it takes one kind of tile.
@@ -457,37 +449,34 @@ int main() {
                    }));
         };
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
-        // Stream-K (tma_gemm.rs's rule: one block a multiprocessor, at least 4 steps of K each)
-        // over g4's tall tiles (256 weight rows) and over 128 × 128 ones, the split tiles' sums
-        // through `stream_sums` and `arrivals`; and, where the tiles fill less than one wave, one
-        // block a tile (no tile split: the stream kernel's own cost beside gemm_block's).
-        auto stream_k = [&](auto kernel, int halves) {
-            const int rows = 128 * halves, steps = (k + g4_tma::BK - 1) / g4_tma::BK;
-            const int tiles = (m + 127) / 128 * ((n + rows - 1) / rows);
+        // Stream-K over 128 × 128 tiles: one block a multiprocessor (at least 4 steps of K each,
+        // tma_gemm.rs's rule), the split tiles' sums through `stream_sums` and `arrivals`; and,
+        // where the tiles fill less than one wave, one block a tile (no tile split: the stream
+        // kernel's own cost beside gemm_block's).
+        {
+            const int steps = (k + g4_tma::BK - 1) / g4_tma::BK, tiles = (m + 127) / 128 * ((n + 127) / 128);
             std::vector<int> grids = {std::max(1, std::min(bench.sms, tiles * steps / 4))};
             if (tiles < bench.sms) grids.push_back(tiles);
-            float* stream_sums = bench.alloc<float>((size_t)bench.sms * 128 * rows);
+            float* stream_sums = bench.alloc<float>((size_t)bench.sms * 128 * 128);
             unsigned* arrivals = bench.alloc<unsigned>(tiles);
             CHECK(cudaMemset(arrivals, 0, tiles * sizeof(unsigned)));
-            const CUtensorMap w_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_dev, k, n, g4_tma::BK, rows,
-                                                 CU_TENSOR_MAP_SWIZZLE_64B);
-            const int shared = halves == 2
-                                   ? g4_tma::stream_shared_bytes<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES, 2>()
-                                   : g4_tma::stream_shared_bytes<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES, 1>();
-            CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+            const CUtensorMap w_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_dev, k, n, g4_tma::BK,
+                                                 g4_tma::BM, CU_TENSOR_MAP_SWIZZLE_64B);
+            const int shared = g4_tma::stream_shared_bytes<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES>();
+            CHECK(cudaFuncSetAttribute(g4_matmul_bt_fp8_channel_tma_stream_bf16,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
             for (const int blocks : grids) {
                 char path[64];
-                snprintf(path, sizeof path, "tma e4m3 stream-K %d×128, %d blocks", rows, blocks);
+                snprintf(path, sizeof path, "tma e4m3 stream-K, %d blocks", blocks);
                 report(path, timed([&](int) {
-                           kernel<<<blocks, g4_tma::THREADS, shared, bench.stream>>>(
+                           g4_matmul_bt_fp8_channel_tma_stream_bf16<<<blocks, g4_tma::THREADS, shared,
+                                                                      bench.stream>>>(
                                x_map_128, w_map, w_scale_dev, y, stream_sums, arrivals, m, n, k);
                        }));
             }
             CHECK(cudaFree(stream_sums));
             CHECK(cudaFree(arrivals));
-        };
-        stream_k(g4_matmul_bt_fp8_channel_tma_stream_bf16, 2);
-        stream_k(tma_stream_128, 1);
+        }
         // Wide tiles for the full waves, 128-row ones for the rest (where a last wide wave would
         // leave most multiprocessors idle; tma_gemm.rs's rule, on this GPU's count).
         const int plain_wide_outputs = wide_then_narrow_outputs(m, n, g4_tma::BM, bench.sms);

@@ -48,18 +48,13 @@ const MAX_K_SLICES: usize = 4;
 const SLICE_STEPS_PER_MIB: f64 = 1.4;
 const SLICES_LAUNCH_STEPS: f64 = 6.0;
 
-/// Stream-K (`Tiling::Stream`) takes tall tiles: 256 weight rows by 128 X rows, so each X byte
-/// copied into shared memory serves twice the weight rows (the GEMM is bound by those copies:
-/// H100, one block a tile, ≈ 5.5 TB/s of them however many multiprocessors run).
-const STREAM_WEIGHT_ROWS: usize = 256;
-/// A tall tile's step of K in steps of a 128 × 128 tile: 32 KiB copied against 24 (a guess
-/// until measured).
-const TALL_STEP: f64 = 1.4;
-/// What a tile split between blocks costs besides its steps, in steps of a 128-row tile: the
-/// other blocks' f32 sums written and counted, and the first block's wait and reads (64 KiB a
-/// block from L2) — guesses until measured.
-const STREAM_SPLIT_STEPS: f64 = 2.0;
-const STREAM_PARTIAL_STEPS: f64 = 0.5;
+/// Stream-K (`NarrowSplit::Stream`), in steps of a 128-row tile in one wave: a block's step, and
+/// what it costs besides its steps (filling, the split tiles' sums written, waited for and
+/// added). H100, fp8_gemm_bench at 512 rows, 132 blocks: o and a KV-sharing layer's q at 19.4
+/// steps a block 15.7–16.2 µs, down at 97 steps 53.0–53.9: ≈ 6.6 µs + 0.48 µs a step, against
+/// ≈ 0.44 µs a step for one block a tile.
+const STREAM_STEP: f64 = 1.1;
+const STREAM_FIXED_STEPS: f64 = 15.0;
 /// Stream-K gives a block at least this many steps, so few blocks share a tile.
 const STREAM_MIN_STEPS: usize = 4;
 /// Tiles a stream-K GEMM may have: its arrival counters, one a tile, are allocated once.
@@ -81,84 +76,74 @@ fn enabled() -> bool {
     *ENABLED.get_or_init(|| std::env::var("G4_TMA_GEMM").as_deref() != Ok("0"))
 }
 
-/// Whether plain GEMMs may run as stream-K (`G4_STREAM_K=0` says no), read once.
-fn streams() -> bool {
-    static STREAMS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STREAMS.get_or_init(|| std::env::var("G4_STREAM_K").as_deref() != Ok("0"))
+/// How a GEMM in 128-row tiles (`Tiling::Narrow`) shares its work out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NarrowSplit {
+    /// One block a tile in waves, K in this many slices (1: whole) whose f32 partial sums a
+    /// second launch adds.
+    Slices(usize),
+    /// One block a tile of fewer X rows (one of [`SUB_WAVE_X_ROWS`]), K whole: where 128-row
+    /// tiles fill less than one wave.
+    Rows(usize),
+    /// Stream-K over the 128-row tiles on `blocks` blocks: where they fill less than one wave.
+    Stream { blocks: usize },
 }
 
-/// Blocks of a stream-K launch over `tall_tiles` tiles of 256 weight rows and `k_steps` steps
-/// of K on `multiprocessors`, where it costs less than the `narrow_tiles` 128 × 128 tiles one a
-/// block in waves: the steps shared evenly (at least [`STREAM_MIN_STEPS`] a block), plus a
-/// block's fill and epilogue and, where a tile is split, the sums its other blocks leave and
-/// its first block adds. E4B at 512 rows on 132: q/k/v (48 tall tiles × 40 steps), o (40 × 32),
-/// a KV-sharing layer's q (32 × 40) and down (40 × 160) stream; the per-layer-input projection
-/// (40 × 4) does not.
-fn stream_blocks(
-    tall_tiles: usize,
-    narrow_tiles: usize,
+/// The split of an `[m, n]` GEMM over `w_tiles` weight tiles and `k_steps` steps of K on
+/// `multiprocessors` that costs least, in steps of a 128-row tile: waves × (a block's steps +
+/// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch; for stream-K, its
+/// steps a block and fixed cost. Among equals the first of: whole K, narrower rows (widest
+/// first), slices (fewest first), stream-K. A GeGLU epilogue takes slices only (the caller
+/// refuses more than one). E4B at 512 rows on 132 (H100, fp8_gemm_bench, µs): q/k/v 112 rows
+/// (18.2–18.5; stream-K 18.5–19.1), o 96 rows (14.0–14.2; stream-K 15.7–16.1), a KV-sharing
+/// layer's q 64 rows (14.6–14.7; K in 2 15.5–15.6), down stream-K (53.0–53.9; K in 3 55.6–56.0).
+fn narrow_split(
+    m: usize,
+    n: usize,
+    w_tiles: usize,
     k_steps: usize,
     multiprocessors: usize,
-) -> Option<usize> {
-    let work = tall_tiles * k_steps;
-    let blocks = multiprocessors.min(work / STREAM_MIN_STEPS).max(1);
-    let per_block = work.div_ceil(blocks);
-    let waves = narrow_tiles.div_ceil(multiprocessors);
-    let one_a_block = (waves * k_steps) as f64 + waves as f64 * BLOCK_STEPS;
-    // Whole tiles a block only where the steps divide evenly into them.
-    let whole_tiles = work.is_multiple_of(blocks) && (work / blocks).is_multiple_of(k_steps);
-    let sharing = if whole_tiles {
-        0.0
-    } else {
-        let most_blocks_a_tile = k_steps.div_ceil(work / blocks) + 1;
-        STREAM_SPLIT_STEPS + (most_blocks_a_tile - 1) as f64 * STREAM_PARTIAL_STEPS
-    };
-    let streamed = per_block as f64 * TALL_STEP + BLOCK_STEPS + sharing;
-    // The kernel counts steps × blocks in 32 bits.
-    let fits = work * blocks < 1 << 31;
-    (tall_tiles <= STREAM_MAX_TILES && fits && streamed < one_a_block).then_some(blocks)
-}
-
-/// Slices of K for a GEMM of `tiles` 128 × 128 output tiles of an [m, n] result and `k_steps`
-/// steps of K, one block a multiprocessor on `multiprocessors`: the count that costs least,
-/// waves of blocks × a block's steps plus the partial sums' traffic, the fewest among equals.
-/// E4B at 512 rows on 132 (H100, fp8_gemm_bench, µs in 1 / 2 / 3 / 4 slices): q/k/v 18.8 /
-/// 26.4 / 30.9 / 30.3 and o 15.5 / 22.3 / 20.1 / 25.2 take 1; down (K 10,240) 66.5 / 76.1 /
-/// 55.5 / 65.0 takes 3.
-fn k_slices(m: usize, n: usize, tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
+    epilogue: Epilogue,
+) -> NarrowSplit {
+    let tiles = m.div_ceil(X_ROWS) * w_tiles;
+    let waves = |tiles: usize| tiles.div_ceil(multiprocessors) as f64;
     let partial_mib = (m * n * 4) as f64 / (1 << 20) as f64;
-    let cost = |s: usize| {
-        let steps = ((tiles * s).div_ceil(multiprocessors) * k_steps.div_ceil(s)) as f64;
-        steps
-            + if s > 1 {
+    let sub_wave = epilogue == Epilogue::Plain && tiles < multiprocessors;
+    let work = tiles * k_steps;
+    let stream_blocks = multiprocessors.min(work / STREAM_MIN_STEPS).max(1);
+    let cost = |split: NarrowSplit| match split {
+        NarrowSplit::Slices(s) => {
+            let steps = k_steps.div_ceil(s) as f64 + BLOCK_STEPS;
+            let sums = if s > 1 {
                 s as f64 * partial_mib * SLICE_STEPS_PER_MIB + SLICES_LAUNCH_STEPS
             } else {
                 0.0
-            }
+            };
+            waves(tiles * s) * steps + sums
+        }
+        NarrowSplit::Rows(rows) => {
+            let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
+            waves(m.div_ceil(rows) * w_tiles) * (k_steps as f64 * step + BLOCK_STEPS)
+        }
+        NarrowSplit::Stream { blocks } => {
+            STREAM_FIXED_STEPS + STREAM_STEP * work.div_ceil(blocks) as f64
+        }
     };
-    (1..=MAX_K_SLICES.min(k_steps))
-        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(a.cmp(&b)))
-        .unwrap_or(1)
-}
-
-/// X rows of a one-slice GEMM's narrow tiles over `w_tiles` weight tiles and `k_steps` steps:
-/// 128 where those fill a wave; otherwise the choice among 128 and [`SUB_WAVE_X_ROWS`] that
-/// costs least, waves × a block's steps (each a step's share for its rows) and overhead, the
-/// widest among equals. E4B at 512 rows on 132: q/k/v takes 112 (120 tiles), o 96 (120), a
-/// KV-sharing layer's q 64 (128).
-fn narrow_x_rows(m: usize, w_tiles: usize, k_steps: usize, multiprocessors: usize) -> usize {
-    if m.div_ceil(X_ROWS) * w_tiles >= multiprocessors {
-        return X_ROWS;
-    }
-    let cost = |rows: usize| {
-        let waves = (m.div_ceil(rows) * w_tiles).div_ceil(multiprocessors) as f64;
-        let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
-        waves * (k_steps as f64 * step + BLOCK_STEPS)
-    };
-    std::iter::once(X_ROWS)
-        .chain(SUB_WAVE_X_ROWS)
-        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(b.cmp(&a)))
-        .unwrap_or(X_ROWS)
+    // The stream kernel counts steps × blocks in 32 bits.
+    let streams = sub_wave && tiles <= STREAM_MAX_TILES && work * stream_blocks < 1 << 31;
+    std::iter::once(NarrowSplit::Slices(1))
+        .chain(
+            SUB_WAVE_X_ROWS
+                .map(NarrowSplit::Rows)
+                .into_iter()
+                .filter(|_| sub_wave),
+        )
+        .chain((2..=MAX_K_SLICES.min(k_steps)).map(NarrowSplit::Slices))
+        .chain(streams.then_some(NarrowSplit::Stream {
+            blocks: stream_blocks,
+        }))
+        .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
+        .unwrap_or(NarrowSplit::Slices(1))
 }
 
 /// The shape of the GEMM's tiles.
@@ -176,10 +161,6 @@ enum Tiling {
     /// E4B's gate/up, H100). E4B's gate/up at 512 rows leaves 56 of 132 in its third wave, 31B's
     /// 12 in its sixth.
     WideThenNarrow { wide_outputs: usize },
-    /// Stream-K over tall tiles, 256 weight rows by 128 X rows (plain epilogue): the blocks
-    /// share the tiles' steps of K evenly, so no multiprocessor idles in a part-filled wave; a
-    /// tile split between blocks is finished by the block that ran its first steps.
-    Stream { blocks: usize },
 }
 
 fn tiling(m: usize, outputs: usize, outputs_per_block: usize, multiprocessors: usize) -> Tiling {
@@ -211,16 +192,17 @@ impl Epilogue {
     }
 }
 
-/// How a GEMM launches: its tiling and entry point, the X rows of its (first) tiles, stages,
-/// blocks and slices of K.
+/// How a GEMM launches: its tiling, how 128-row tiles share the work out (`Slices(1)` for the
+/// wide tilings), the entry point, the X rows of its (first) tiles, stages and blocks (of one
+/// slice of K).
 #[derive(Debug, PartialEq, Eq)]
 struct Plan {
     tiling: Tiling,
+    split: NarrowSplit,
     kernel: String,
     x_rows: usize,
     stages: usize,
     blocks: usize,
-    slices: usize,
 }
 
 /// The launch of an `[m, k] · [n, k]ᵀ` GEMM on `multiprocessors`; `None` where the GEMM does not
@@ -234,64 +216,51 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
     let tiles_of =
         |x_rows: usize, outputs: usize| m.div_ceil(x_rows) * outputs.div_ceil(outputs_per_block);
     let k_steps = k.div_ceil(K_STEP);
-    let tiling = match tiling(m, outputs, outputs_per_block, multiprocessors) {
-        Tiling::Narrow if epilogue == Epilogue::Plain && streams() => {
-            let tall_tiles = m.div_ceil(X_ROWS) * outputs.div_ceil(STREAM_WEIGHT_ROWS);
-            stream_blocks(
-                tall_tiles,
-                tiles_of(X_ROWS, outputs),
-                k_steps,
-                multiprocessors,
-            )
-            .map_or(Tiling::Narrow, |blocks| Tiling::Stream { blocks })
-        }
-        tiling => tiling,
+    let w_tiles = outputs.div_ceil(outputs_per_block);
+    let tiling = tiling(m, outputs, outputs_per_block, multiprocessors);
+    let split = match tiling {
+        Tiling::Narrow => narrow_split(m, n, w_tiles, k_steps, multiprocessors, epilogue),
+        Tiling::Wide | Tiling::WideThenNarrow { .. } => NarrowSplit::Slices(1),
     };
-    let slices = match tiling {
-        Tiling::Narrow => k_slices(m, n, tiles_of(X_ROWS, outputs), k_steps, multiprocessors),
-        Tiling::Wide | Tiling::WideThenNarrow { .. } | Tiling::Stream { .. } => 1,
-    };
-    if epilogue == Epilogue::GeluAndMul && slices > 1 {
-        return None;
-    }
-    let (x_rows, stages, kernel, blocks) = match tiling {
-        Tiling::Narrow if slices == 1 && epilogue == Epilogue::Plain => {
-            let w_tiles = outputs.div_ceil(outputs_per_block);
-            let x_rows = narrow_x_rows(m, w_tiles, k_steps, multiprocessors);
-            let kernel = if x_rows == X_ROWS {
-                format!("g4_{entry}_bf16")
-            } else {
-                format!("g4_{entry}_rows{x_rows}_bf16")
-            };
-            (x_rows, STAGES, kernel, tiles_of(x_rows, outputs))
+    let (x_rows, stages, kernel, blocks) = match (tiling, split) {
+        (_, NarrowSplit::Slices(slices)) if slices > 1 && epilogue == Epilogue::GeluAndMul => {
+            return None
         }
-        Tiling::Narrow => (
+        (Tiling::Narrow, NarrowSplit::Slices(_)) => (
             X_ROWS,
             STAGES,
             format!("g4_{entry}_bf16"),
             tiles_of(X_ROWS, outputs),
         ),
-        Tiling::Wide => (
+        (Tiling::Narrow, NarrowSplit::Rows(rows)) => (
+            rows,
+            STAGES,
+            format!("g4_{entry}_rows{rows}_bf16"),
+            tiles_of(rows, outputs),
+        ),
+        (Tiling::Narrow, NarrowSplit::Stream { blocks }) => {
+            (X_ROWS, STAGES, format!("g4_{entry}_stream_bf16"), blocks)
+        }
+        (Tiling::Wide, _) => (
             WIDE_X_ROWS,
             WIDE_STAGES,
             format!("g4_{entry}_wide_bf16"),
             tiles_of(WIDE_X_ROWS, outputs),
         ),
-        Tiling::WideThenNarrow { wide_outputs } => (
+        (Tiling::WideThenNarrow { wide_outputs }, _) => (
             WIDE_X_ROWS,
             WIDE_STAGES,
             format!("g4_{entry}_wide_then_narrow_bf16"),
             tiles_of(WIDE_X_ROWS, wide_outputs) + tiles_of(X_ROWS, outputs - wide_outputs),
         ),
-        Tiling::Stream { blocks } => (X_ROWS, STAGES, format!("g4_{entry}_stream_bf16"), blocks),
     };
     Some(Plan {
         tiling,
+        split,
         kernel,
         x_rows,
         stages,
         blocks,
-        slices,
     })
 }
 
@@ -326,35 +295,31 @@ pub fn gemm(
     };
     let Some(Plan {
         tiling,
+        split,
         kernel,
         x_rows,
         stages,
         blocks,
-        slices,
     }) = plan(m, n, k, epilogue, multiprocessors)
     else {
         return Ok(None);
     };
-    // Stream-K's tall tiles take 256 weight rows a stage, and each consumer warpgroup keeps a
-    // bf16 Y tile (128 X rows × 64 weight rows).
-    let (weight_rows, y_tiles_bytes) = match tiling {
-        Tiling::Stream { .. } => (STREAM_WEIGHT_ROWS, 2 * X_ROWS * 64 * 2),
-        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => (WEIGHT_ROWS, 0),
+    let (slices, stream_blocks) = match split {
+        NarrowSplit::Slices(slices) => (slices, None),
+        NarrowSplit::Rows(_) => (1, None),
+        NarrowSplit::Stream { blocks } => (1, Some(blocks)),
     };
-    let shared_bytes =
-        stages * (x_rows * K_STEP * 2 + weight_rows * K_STEP + 16) + 1024 + y_tiles_bytes;
+    let ring_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
+    // Stream-K's blocks also keep a bf16 Y tile a consumer warpgroup.
+    let shared_bytes = ring_bytes + stream_blocks.map_or(0, |_| 2 * X_ROWS * WEIGHT_ROWS);
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The narrow tiles' X map beside the wide one's, for the tiles after the wide ones.
     let narrow_x_map = match tiling {
         Tiling::WideThenNarrow { .. } => Some(tensor_map(rows, K_STEP, X_ROWS, Swizzle::Bytes128)?),
-        Tiling::Narrow | Tiling::Wide | Tiling::Stream { .. } => None,
+        Tiling::Narrow | Tiling::Wide => None,
     };
-    // The packed weight's gate and up rows arrive as two boxes of 64; a tall tile's as one of 256.
-    let w_box_rows = match tiling {
-        Tiling::Stream { .. } => STREAM_WEIGHT_ROWS,
-        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => outputs_per_block,
-    };
-    let w_map = tensor_map(weight, K_STEP, w_box_rows, Swizzle::Bytes64)?;
+    // The packed weight's gate and up rows arrive as two boxes of 64.
+    let w_map = tensor_map(weight, K_STEP, outputs_per_block, Swizzle::Bytes64)?;
     let y = empty((m, outputs), DType::BF16, device)?;
     let scale = scale.to_dtype(DType::F32)?.contiguous()?;
     let partial = if slices > 1 {
@@ -362,14 +327,13 @@ pub fn gemm(
     } else {
         None
     };
-    // Stream-K's sums of split tiles (a tall tile's, a slot a block) and its arrival counts (one
-    // a tile).
-    let stream_buffers = match tiling {
-        Tiling::Stream { blocks } => Some((
-            empty(blocks * X_ROWS * STREAM_WEIGHT_ROWS, DType::F32, device)?,
+    // Stream-K's sums of split tiles (a slot a block) and its arrival counts (one a tile).
+    let stream_buffers = match stream_blocks {
+        Some(blocks) => Some((
+            empty(blocks * X_ROWS * WEIGHT_ROWS, DType::F32, device)?,
             super::native::lasting_counters(device, STREAM_MAX_TILES)?,
         )),
-        Tiling::Narrow | Tiling::Wide | Tiling::WideThenNarrow { .. } => None,
+        None => None,
     };
     let mut args = vec![Arg::TensorMap(&x_map)];
     if let Some(narrow_x_map) = &narrow_x_map {
@@ -379,8 +343,9 @@ pub fn gemm(
     // After Y, the plain entries take the partial sums (slices of K) and the slice count, the
     // wide-then-narrow ones the wide tiles' outputs, the stream-K one its sums and arrivals
     // before the shape, the GeGLU ones nothing more.
-    let plain_entry =
-        epilogue == Epilogue::Plain && matches!(tiling, Tiling::Narrow | Tiling::Wide);
+    let plain_entry = epilogue == Epilogue::Plain
+        && matches!(tiling, Tiling::Narrow | Tiling::Wide)
+        && stream_blocks.is_none();
     if plain_entry {
         args.push(Arg::OptionalTensor(partial.as_ref()));
     }
@@ -413,103 +378,109 @@ pub fn gemm(
 
 #[cfg(test)]
 mod tests {
+    use super::NarrowSplit::{Rows, Slices, Stream};
     use super::Tiling::{Narrow, Wide, WideThenNarrow};
-    use super::{k_slices, narrow_x_rows, plan, stream_blocks, tiling, Epilogue};
+    use super::{narrow_split, plan, tiling, Epilogue};
 
     #[test]
-    fn k_slices_only_where_they_pay_for_their_partial_sums() {
-        // (m, n, tiles, steps of K, multiprocessors, slices): E4B's q/k/v, o and down at 512 rows
-        // on an H100 or H200 (132; measured best: 1, 1, 3), 31B's down (K 21,504), one tile
-        // over a long K, and K too short to cut.
-        let table = [
-            (512, 3072, 96, 40, 132, 1),
-            (512, 2560, 80, 32, 132, 1),
-            (512, 2560, 80, 160, 132, 3),
-            (512, 5376, 168, 336, 132, 3),
-            (24, 48, 1, 16, 132, 4),
-            (24, 48, 1, 2, 132, 1),
-        ];
-        for (m, n, tiles, steps, multiprocessors, want) in table {
+    fn narrow_splits_as_measured_and_as_the_probe_needs() {
+        // (m, n, weight tiles, steps of K, split) on 132 multiprocessors, plain epilogue: E4B's
+        // q/k/v, o, a KV-sharing layer's q, down and the per-layer-input projection (K 256) at
+        // 512 rows (measured best, H100: 112 rows, 96 rows, 64 rows, stream-K; the last takes
+        // 96 rows); q/k/v with tiles for a wave (2,048 rows); 31B's down (168 tiles: no
+        // stream-K past one wave); and the probe's cases: a few tiles (64 rows), one tile over
+        // a long K (slices), two over a longer one (stream-K), and one over a K too short to
+        // cut (its 24 rows in a 64-row tile).
+        for (m, n, w_tiles, steps, want) in [
+            (512, 3072, 24, 40, Rows(112)),
+            (512, 2560, 20, 32, Rows(96)),
+            (512, 2048, 16, 40, Rows(64)),
+            (512, 2560, 20, 160, Stream { blocks: 132 }),
+            (512, 2560, 20, 4, Rows(96)),
+            (2048, 3072, 24, 40, Slices(1)),
+            (512, 5376, 42, 336, Slices(3)),
+            (160, 200, 2, 3, Rows(64)),
+            (24, 48, 1, 16, Slices(4)),
+            (200, 136, 2, 161, Stream { blocks: 132 }),
+            (24, 48, 1, 2, Rows(64)),
+        ] {
             assert_eq!(
-                k_slices(m, n, tiles, steps, multiprocessors),
+                narrow_split(m, n, w_tiles, steps, 132, Epilogue::Plain),
                 want,
-                "[{m}, {n}]: {tiles} tiles, {steps} steps, {multiprocessors} multiprocessors"
+                "[{m}, {n}]: {w_tiles} weight tiles, {steps} steps"
             );
         }
+        // The GeGLU epilogue: whole K or slices only.
+        assert_eq!(
+            narrow_split(512, 3072, 24, 40, 132, Epilogue::GeluAndMul),
+            Slices(1)
+        );
     }
 
     #[test]
     fn e4b_prefill_gemms_launch_as_measured() {
         // E4B's FP8 projections at 512 rows on an H100 or H200 (132 multiprocessors): (n, k,
-        // epilogue) → (entry point, X rows, blocks, slices): q/k/v, o, a KV-sharing layer's q and
-        // down as stream-K, the per-layer-input projection (K 256, too short to share out) in
-        // 96-row tiles, and the packed gate/up.
+        // epilogue) → (entry point, X rows, blocks, split): q/k/v, o, a KV-sharing layer's q, the
+        // per-layer-input projection in narrower tiles, down as stream-K, and the packed
+        // gate/up.
         let (plain, geglu) = (Epilogue::Plain, Epilogue::GeluAndMul);
         let (linear, gate_up) = (
             "matmul_bt_fp8_channel_tma",
             "fp8_gelu_and_mul_tma_wide_then_narrow",
         );
-        let stream = format!("{linear}_stream");
-        for (n, k, epilogue, entry, x_rows, blocks, slices) in [
-            (3072, 2560, plain, stream.clone(), 128, 132, 1),
-            (2560, 2048, plain, stream.clone(), 128, 132, 1),
-            (2048, 2560, plain, stream.clone(), 128, 132, 1),
-            (2560, 10240, plain, stream.clone(), 128, 132, 1),
-            (2560, 256, plain, format!("{linear}_rows96"), 96, 120, 1),
-            (20480, 2560, geglu, gate_up.to_string(), 256, 376, 1),
+        for (n, k, epilogue, entry, x_rows, blocks, split) in [
+            (
+                3072,
+                2560,
+                plain,
+                format!("{linear}_rows112"),
+                112,
+                120,
+                Rows(112),
+            ),
+            (
+                2560,
+                2048,
+                plain,
+                format!("{linear}_rows96"),
+                96,
+                120,
+                Rows(96),
+            ),
+            (
+                2048,
+                2560,
+                plain,
+                format!("{linear}_rows64"),
+                64,
+                128,
+                Rows(64),
+            ),
+            (
+                2560,
+                256,
+                plain,
+                format!("{linear}_rows96"),
+                96,
+                120,
+                Rows(96),
+            ),
+            (
+                2560,
+                10240,
+                plain,
+                format!("{linear}_stream"),
+                128,
+                132,
+                Stream { blocks: 132 },
+            ),
+            (20480, 2560, geglu, gate_up.to_string(), 256, 376, Slices(1)),
         ] {
             let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");
             assert_eq!(
-                (plan.kernel, plan.x_rows, plan.blocks, plan.slices),
-                (format!("g4_{entry}_bf16"), x_rows, blocks, slices),
+                (plan.kernel, plan.x_rows, plan.blocks, plan.split),
+                (format!("g4_{entry}_bf16"), x_rows, blocks, split),
                 "[512, {k}] · [{n}, {k}]ᵀ"
-            );
-        }
-    }
-
-    #[test]
-    fn stream_k_where_sharing_the_steps_beats_a_part_idle_wave() {
-        // (tall tiles, 128 × 128 tiles, steps of K, blocks) on 132 multiprocessors: E4B's q/k/v,
-        // o, a KV-sharing layer's q and down at 512 rows stream; its per-layer-input projection
-        // (K 256) and one step over a whole wave do not; the probe's stream-K cases (2 tall tiles
-        // of 17 steps, 168 of 2, 1 of 16) do, and its 64-row case (4 tiles of 3 steps) does not.
-        for (tall, narrow, steps, want) in [
-            (48, 96, 40, Some(132)),
-            (40, 80, 32, Some(132)),
-            (32, 64, 40, Some(132)),
-            (40, 80, 160, Some(132)),
-            (40, 80, 4, None),
-            (68, 132, 1, None),
-            (2, 4, 17, Some(8)),
-            (168, 336, 2, Some(84)),
-            (1, 1, 16, Some(4)),
-            (2, 4, 3, None),
-        ] {
-            assert_eq!(
-                stream_blocks(tall, narrow, steps, 132),
-                want,
-                "{tall} tall tiles ({narrow} narrow) × {steps} steps"
-            );
-        }
-    }
-
-    #[test]
-    fn narrower_tiles_where_128_rows_leave_the_wave_part_idle() {
-        // (m, weight tiles, steps of K, X rows) on 132 multiprocessors: E4B's q/k/v, o, a
-        // KV-sharing layer's q and the per-layer-input projection (K 256) at 512 rows; q/k/v
-        // with tiles enough for a wave (2,048 rows); the probe's M160 N200 K160.
-        for (m, w_tiles, steps, want) in [
-            (512, 24, 40, 112),
-            (512, 20, 32, 96),
-            (512, 16, 40, 64),
-            (512, 20, 4, 96),
-            (2048, 24, 40, 128),
-            (160, 2, 3, 64),
-        ] {
-            assert_eq!(
-                narrow_x_rows(m, w_tiles, steps, 132),
-                want,
-                "[{m}] × {w_tiles} tiles"
             );
         }
     }

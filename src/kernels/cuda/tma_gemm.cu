@@ -48,7 +48,7 @@ extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp
     const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,
     g4_bf16* y, float* workspace, unsigned* arrivals, int m, int n, int k) {
     G4_KERNEL_START();
-    g4_tma::gemm_stream<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES, 2>(&x_map, &w_map, scale, y, workspace, arrivals, m,
+    g4_tma::gemm_stream<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES>(&x_map, &w_map, scale, y, workspace, arrivals, m,
                                                                      n, k);
 }
 

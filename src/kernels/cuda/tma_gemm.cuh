@@ -15,8 +15,9 @@
 // The epilogue goes through shared memory: stmatrix.trans turns the (weight row, X row)
 // fragments into rows of Y, which leave in 16-byte stores; for an MLP's packed gate/up it can be
 // the GeGLU product instead (GEGLU). Where a GEMM has too few tiles to
-// fill the GPU, its K is cut into slices whose f32 partial sums `sum_slices` adds in a fixed
-// order (deterministic, unlike atomics).
+// fill the GPU, its tiles take fewer X rows, or its K is cut into slices whose f32 partial sums
+// `sum_slices` adds in a fixed order (deterministic, unlike atomics), or its blocks share the
+// tiles' steps of K evenly (stream-K, gemm_stream), each split tile's sums added in K order.
 // Stop 44's GEMM (cp.async, a __syncthreads a tile) ran 2.1–4.1× slower than cuBLAS even over
 // bf16 weights: its pipeline, not the widening, was the cost.
 // sm_90a only: compiled for anything else, the kernel traps.
@@ -275,31 +276,26 @@ struct Bf16Weights {
     __device__ static float row_scale(const float*, int, int) { return 1.0f; }
 };
 
-// A stage: an X tile of BN rows and a W tile of HALVES × 128 rows ("tall" with 2: each X byte
-// copied serves twice the weight rows, and e4m3 weight rows are half an X row's bytes).
-template <typename W, int BN, int HALVES = 1>
+template <typename W, int BN>
 struct Stage {
     static constexpr int X_BYTES = BN * BK * 2;
-    static constexpr int W_BYTES = HALVES * W::TILE_BYTES;
-    static constexpr int BYTES = X_BYTES + W_BYTES;
+    static constexpr int BYTES = X_BYTES + W::TILE_BYTES;
     static_assert(X_BYTES % 1024 == 0 && BYTES % 1024 == 0, "every tile starts on a 1,024-byte swizzle atom");
 };
 
 // Shared memory a launch needs: the stages, their barriers, and room to align to 1,024 bytes.
-template <typename W, int BN, int STAGES, int HALVES = 1>
+template <typename W, int BN, int STAGES>
 constexpr int shared_bytes() {
-    return STAGES * Stage<W, BN, HALVES>::BYTES + 2 * STAGES * 8 + 1024;
+    return STAGES * Stage<W, BN>::BYTES + 2 * STAGES * 8 + 1024;
 }
 
 // A block's ring of STAGES stages in its dynamic shared memory (aligned to 1,024 bytes), each an
 // X tile and a W tile, and their "full" and "empty" barriers after them. Steps of K go through
 // the ring in the order the producer issues them: step i in stage i % STAGES, in phase
-// i / STAGES of its barriers. With HALVES = 2 a block takes 256 weight rows: consumer
-// warpgroup c's are rows c·64… of each 128-row half.
-template <typename W, int BN, int STAGES, int HALVES = 1>
+// i / STAGES of its barriers.
+template <typename W, int BN, int STAGES>
 struct Ring {
-    static_assert(HALVES == 1 || (HALVES == 2 && W::IN_REGISTERS), "tall tiles take A from registers");
-    typedef Stage<W, BN, HALVES> Tile;
+    typedef Stage<W, BN> Tile;
     uint8_t* shared;
     uint64_t *full, *empty;
 
@@ -337,80 +333,54 @@ struct Ring {
         if constexpr (GEGLU) tma_load(w_tile(s) + W::TILE_BYTES / 2, w_map, k0, up_row + n0, &full[s]);
     }
 
-    // A consumer warp's sums d (half h's at d + h·BN / 2) over the ring's steps first … first +
-    // count − 1 (one tile's run of K): for step i, wait for its copies, widen its A (e4m3) while
-    // step i − 1's wgmmas run, start its wgmmas, then wait for step i − 1's and free its stage.
-    // The run's last stage is left to the caller (free it with release() once its wgmmas are
-    // waited for, where the ring goes on). first_row: this warp's first A row in a 128-row half;
-    // scale_low / scale_high: its rows g and g + 8's scales in each half.
-    __device__ void accumulate(float (&d)[HALVES * BN / 2], int first, int count, int first_row, int consumer,
-                               int lane, const float (&scale_low)[HALVES], const float (&scale_high)[HALVES]) const {
-        auto half = [&](int h) -> float(&)[BN / 2] { return *reinterpret_cast<float(*)[BN / 2]>(d + h * BN / 2); };
-        auto hold_all = [&](uint32_t(&a)[HALVES][BK / 16][4]) {
-#pragma unroll
-            for (int h = 0; h < HALVES; ++h)
+    // A consumer warp's sums d over the ring's steps first … first + count − 1 (one tile's run of
+    // K): for step i, wait for its copies, widen its A (e4m3) while step i − 1's wgmmas run,
+    // start its wgmmas, then wait for step i − 1's and free its stage. The run's last stage is
+    // left to the caller (free it with release() once its wgmmas are waited for, where the ring
+    // goes on). first_row: this warp's first A row in a W tile.
+    __device__ void accumulate(float (&d)[BN / 2], int first, int count, int first_row, int consumer, int lane,
+                               float scale_low, float scale_high) const {
+        // `a` takes step i's A; `in_flight` holds step i − 1's until that wait.
+        auto compute = [&](int i, uint32_t (&a)[BK / 16][4], uint32_t (&in_flight)[BK / 16][4]) {
+            const int s = i % STAGES;
+            barrier_wait(&full[s], (i / STAGES) % 2);
+            if constexpr (W::IN_REGISTERS) {
+                E4m3Weights::fragments(w_tile(s), first_row, lane, scale_low, scale_high, a);
 #pragma unroll
                 for (int step = 0; step < BK / 16; ++step)
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) hold(a[h][step][r]);
-        };
-        // Stage s's A widened into `a` (e4m3 weights), then its wgmmas started as one group.
-        auto start = [&](int s, uint32_t(&a)[HALVES][BK / 16][4]) {
-            if constexpr (W::IN_REGISTERS) {
-#pragma unroll
-                for (int h = 0; h < HALVES; ++h)
-                    E4m3Weights::fragments(w_tile(s), h * BM + first_row, lane, scale_low[h], scale_high[h], a[h]);
-                hold_all(a);
+                    for (int r = 0; r < 4; ++r) hold(a[step][r]);
             }
             wgmma_fence();
 #pragma unroll
             for (int step = 0; step < BK / 16; ++step) {
                 const uint64_t b = descriptor_sw128(x_tile(s) + 32 * step);
                 if constexpr (W::IN_REGISTERS)
-#pragma unroll
-                    for (int h = 0; h < HALVES; ++h) wgmma_m64nk16(half(h), a[h][step], b);
+                    wgmma_m64nk16(d, a[step], b);
                 else
-                    wgmma_m64nk16(half(0), descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
+                    wgmma_m64nk16(d, descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
             }
             wgmma_commit();
+            wgmma_wait<1>();
+            if constexpr (W::IN_REGISTERS)
+#pragma unroll
+                for (int step = 0; step < BK / 16; ++step)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) hold(in_flight[step][r]);
+            if (i > first && lane == 0) barrier_arrive(&empty[(i - 1) % STAGES]);
         };
+        // Two sets of A registers used in turn, so each step's are fixed at compile time.
+        uint32_t a_even[BK / 16][4] = {}, a_odd[BK / 16][4] = {};
         const int end = first + count;
-        if constexpr (HALVES == 1) {
-            // Step i's A widened while step i − 1's wgmmas run: `a` takes step i's, `in_flight`
-            // holds step i − 1's until that wait. Two sets used in turn, so each step's are
-            // fixed at compile time.
-            auto compute = [&](int i, uint32_t(&a)[HALVES][BK / 16][4], uint32_t(&in_flight)[HALVES][BK / 16][4]) {
-                const int s = i % STAGES;
-                barrier_wait(&full[s], (i / STAGES) % 2);
-                start(s, a);
-                wgmma_wait<1>();
-                if constexpr (W::IN_REGISTERS) hold_all(in_flight);
-                if (i > first && lane == 0) barrier_arrive(&empty[(i - 1) % STAGES]);
-            };
-            uint32_t a_even[HALVES][BK / 16][4] = {}, a_odd[HALVES][BK / 16][4] = {};
-            int i = first;
-            for (; i + 1 < end; i += 2) {
-                compute(i, a_even, a_odd);
-                compute(i + 1, a_odd, a_even);
-            }
-            if (i < end) compute(i, a_even, a_odd);
-        } else {
-            // Tall tiles: one set of A registers (two would outgrow the consumers' 232), so step
-            // i's A is widened once step i − 1's wgmmas are done; the other warpgroup's wgmmas
-            // run meanwhile.
-            uint32_t a[HALVES][BK / 16][4] = {};
-            for (int i = first; i < end; ++i) {
-                const int s = i % STAGES;
-                barrier_wait(&full[s], (i / STAGES) % 2);
-                wgmma_wait<0>();
-                hold_all(a);
-                if (i > first && lane == 0) barrier_arrive(&empty[(i - 1) % STAGES]);
-                start(s, a);
-            }
+        int i = first;
+        for (; i + 1 < end; i += 2) {
+            compute(i, a_even, a_odd);
+            compute(i + 1, a_odd, a_even);
         }
+        if (i < end) compute(i, a_even, a_odd);
         wgmma_wait<0>();
 #pragma unroll
-        for (int r = 0; r < HALVES * BN / 2; ++r) hold(d[r]);
+        for (int r = 0; r < BN / 2; ++r) hold(d[r]);
     }
     // Frees step i's stage (a consumer warp's arrival), after its wgmmas are waited for.
     __device__ void release(int i, int lane) const {
@@ -517,8 +487,7 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    const float scales_low[1] = {scale_low}, scales_high[1] = {scale_high};
-    ring.accumulate(d, 0, count, first_row, consumer, lane, scales_low, scales_high);
+    ring.accumulate(d, 0, count, first_row, consumer, lane, scale_low, scale_high);
 
     // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
     const int row_low = group_row + warp * 16 + g, row_high = row_low + 8;
@@ -602,25 +571,24 @@ __device__ __forceinline__ unsigned arrived(const unsigned* count) {
 // (its own, so a block can write one while its ring already holds the next tile's steps):
 // stream_shared_bytes<W, STAGES>().
 constexpr int STREAM_X_ROWS = 128;
-template <typename W, int STAGES, int HALVES>
+template <typename W, int STAGES>
 constexpr int stream_shared_bytes() {
-    return shared_bytes<W, STREAM_X_ROWS, STAGES, HALVES>() + 2 * STREAM_X_ROWS * 128;
+    return shared_bytes<W, STREAM_X_ROWS, STAGES>() + 2 * STREAM_X_ROWS * 128;
 }
-template <typename W, int STAGES, int HALVES>
+template <typename W, int STAGES>
 __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUtensorMap* w_map,
                                             const float* __restrict__ scale, g4_bf16* __restrict__ y,
                                             float* __restrict__ workspace, unsigned* __restrict__ arrivals, int m,
                                             int n, int k) {
 #if defined(G4_TMA_GEMM)
-    // A consumer thread's sums: HALVES × BN / 2 floats, VECTORS float4s.
-    constexpr int BN = STREAM_X_ROWS, WR = HALVES * BM, SUMS = HALVES * BN / 2, VECTORS = SUMS / 4;
+    constexpr int BN = STREAM_X_ROWS, VECTORS = BN / 8;  // a consumer thread's sums: BN / 2 floats
     extern __shared__ uint8_t raw_shared[];
-    const Ring<W, BN, STAGES, HALVES> ring(raw_shared);
-    uint8_t* out_tile = ring.end() + (threadIdx.x / 128 - 1) * BN * 128;
+    const Ring<W, BN, STAGES> ring(raw_shared);
+    uint8_t* out_tiles = ring.end();
 
     // 32-bit arithmetic throughout: the host keeps work × blocks below 2^31. Divisions stay off
     // the per-step paths (a single producer thread issues every copy).
-    const unsigned x_tiles = (m + BN - 1) / BN, w_tiles = (n + WR - 1) / WR, steps = (k + BK - 1) / BK;
+    const unsigned x_tiles = (m + BN - 1) / BN, w_tiles = (n + BM - 1) / BM, steps = (k + BK - 1) / BK;
     const unsigned work = x_tiles * w_tiles * steps, blocks = gridDim.x;
     const unsigned first = blockIdx.x * work / blocks, total = (blockIdx.x + 1) * work / blocks - first;
     const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
@@ -632,12 +600,12 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
         set_registers_down<PRODUCER_REGISTERS>();
         if (tid == 0) {
             unsigned tile = first / steps, step = first % steps;
-            int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * WR;
+            int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM;
             for (unsigned i = 0; i < total; ++i) {
                 ring.template produce<false>(i, x_map, w_map, step * BK, m0, n0, 0);
                 if (++step == steps) {
                     step = 0, ++tile;
-                    m0 = tile % x_tiles * BN, n0 = tile / x_tiles * WR;
+                    m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM;
                 }
             }
         }
@@ -655,16 +623,12 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
     unsigned tile = first / steps, step0 = first % steps;
     for (unsigned done = 0; done < total; done += steps - step0, step0 = 0, ++tile) {
         const unsigned count = min(total - done, steps - step0);
-        const int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * WR;
-        float scale_low[HALVES], scale_high[HALVES];
+        const int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM, group_row = n0 + consumer * 64;
+        const float scale_low = W::row_scale(scale, group_row + warp * 16 + g, n);
+        const float scale_high = W::row_scale(scale, group_row + warp * 16 + g + 8, n);
+        float d[BN / 2];
 #pragma unroll
-        for (int h = 0; h < HALVES; ++h) {
-            scale_low[h] = W::row_scale(scale, n0 + h * BM + first_row + g, n);
-            scale_high[h] = W::row_scale(scale, n0 + h * BM + first_row + g + 8, n);
-        }
-        float d[SUMS];
-#pragma unroll
-        for (int i = 0; i < SUMS; ++i) d[i] = 0.0f;
+        for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
         ring.accumulate(d, done, count, first_row, consumer, lane, scale_low, scale_high);
         ring.release(done + count - 1, lane);
         if (step0 > 0 || count < steps) {
@@ -700,13 +664,9 @@ __device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUte
                 }
             }
         }
-        // Each half through the warpgroup's Y tile, once no thread still reads it from before.
-#pragma unroll
-        for (int h = 0; h < HALVES; ++h) {
-            named_barrier(2 + consumer, 128);
-            store_tile<BN>(*reinterpret_cast<const float(*)[BN / 2]>(d + h * BN / 2), out_tile, y, m, n, m0,
-                           n0 + h * BM + consumer * 64, consumer, warp, lane);
-        }
+        // No thread of the warpgroup still reads its Y tile from the tile before.
+        named_barrier(2 + consumer, 128);
+        store_tile<BN>(d, out_tiles + consumer * BN * 128, y, m, n, m0, group_row, consumer, warp, lane);
     }
 #else
     __trap();
