@@ -270,9 +270,8 @@ int main() {
     const int m = 512, checked_rows = 16, checked_stride = 33;
     printf("%-8s %-34s %10s %10s %12s %12s\n", "proj", "path", "µs", "TFLOP/s", "rel RMS err", "max rel err");
     // E4B's projections, and 31B's MLP gate/up (its prefill's largest GEMM).
-    for (const Shape shape : {Shape{"qkv", 3072, 2560}, Shape{"o", 2560, 2048}, Shape{"q_kvshare", 2048, 2560},
-                              Shape{"gate_up", 20480, 2560}, Shape{"down", 2560, 10240},
-                              Shape{"gu_31b", 43008, 5376}}) {
+    for (const Shape shape : {Shape{"qkv", 3072, 2560}, Shape{"o", 2560, 2048}, Shape{"gate_up", 20480, 2560},
+                              Shape{"down", 2560, 10240}, Shape{"gu_31b", 43008, 5376}}) {
         const int n = shape.n, k = shape.k;
         // Weights: every finite e4m3 value equally likely; scales as a checkpoint's (≈ 1/448 of a
         // row's range); inputs: bf16 normals with a few 30× outlier columns, as after a norm.
@@ -449,34 +448,6 @@ int main() {
                    }));
         };
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
-        // Stream-K over 128 × 128 tiles: one block a multiprocessor (at least 4 steps of K each,
-        // tma_gemm.rs's rule), the split tiles' sums through `stream_sums` and `arrivals`; and,
-        // where the tiles fill less than one wave, one block a tile (no tile split: the stream
-        // kernel's own cost beside gemm_block's).
-        {
-            const int steps = (k + g4_tma::BK - 1) / g4_tma::BK, tiles = (m + 127) / 128 * ((n + 127) / 128);
-            std::vector<int> grids = {std::max(1, std::min(bench.sms, tiles * steps / 4))};
-            if (tiles < bench.sms) grids.push_back(tiles);
-            float* stream_sums = bench.alloc<float>((size_t)bench.sms * 128 * 128);
-            unsigned* arrivals = bench.alloc<unsigned>(tiles);
-            CHECK(cudaMemset(arrivals, 0, tiles * sizeof(unsigned)));
-            const CUtensorMap w_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, w_dev, k, n, g4_tma::BK,
-                                                 g4_tma::BM, CU_TENSOR_MAP_SWIZZLE_64B);
-            const int shared = g4_tma::stream_shared_bytes<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES>();
-            CHECK(cudaFuncSetAttribute(g4_matmul_bt_fp8_channel_tma_stream_bf16,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-            for (const int blocks : grids) {
-                char path[64];
-                snprintf(path, sizeof path, "tma e4m3 stream-K, %d blocks", blocks);
-                report(path, timed([&](int) {
-                           g4_matmul_bt_fp8_channel_tma_stream_bf16<<<blocks, g4_tma::THREADS, shared,
-                                                                      bench.stream>>>(
-                               x_map_128, w_map, w_scale_dev, y, stream_sums, arrivals, m, n, k);
-                       }));
-            }
-            CHECK(cudaFree(stream_sums));
-            CHECK(cudaFree(arrivals));
-        }
         // Wide tiles for the full waves, 128-row ones for the rest (where a last wide wave would
         // leave most multiprocessors idle; tma_gemm.rs's rule, on this GPU's count).
         const int plain_wide_outputs = wide_then_narrow_outputs(m, n, g4_tma::BM, bench.sms);

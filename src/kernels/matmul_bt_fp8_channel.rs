@@ -216,17 +216,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M160 N200 K160",
     },
     ShapePath {
-        shapes: "the same over a long K (E4B's down at 512 rows)",
-        path: "the same GEMM as stream-K: the blocks share the tiles' steps of K evenly; a split tile's f32 sums added in the order of K by the block that ran its first steps",
-        case: "M200 N136 K10256",
-    },
-    ShapePath {
         shapes: "the same with tiles of 256 X rows filling the GPU twice over, their last wave at most half full",
         path: "the same GEMM: wide tiles for the whole waves, then tiles of 128 X rows",
         case: "M257 N20480 K16",
     },
     ShapePath {
-        shapes: "the same where slices of K pay for their partial sums (one tile over a long K)",
+        shapes: "the same where slices of K pay for their partial sums (few tiles over a long K: E4B's down at 512 rows)",
         path: "native TMA + wgmma GEMM over slices of K, their f32 sums added in order",
         case: "M24 N48 K1024",
     },
@@ -247,11 +242,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // warp group or block divides), prefill blocks (the Hopper GEMM's, on 132 multiprocessors:
     // a few tiles that rows and columns part-fill, with a last step of K half filled; 128-row
     // tiles filling one wave, and leaving it 73 % and 61 % full over a K too short to share;
-    // wide tiles leaving a last wave at most half full; stream-K: 4 part-filled tiles over 161
-    // steps of K (the last part-filled) on 132 blocks, so blocks span two tiles and 33 or 34
-    // share one; slices of K; one that takes the dequantisation everywhere), K off the
-    // 16-weight vectors, and last (the one `--perf` times) a decode GEMV of E4B's MLP down
-    // projection, whose 26 MB of e4m3 outgrow the L2 cache.
+    // wide tiles leaving a last wave at most half full; slices of K; one that takes the
+    // dequantisation everywhere), K off the 16-weight vectors, and last (the one `--perf` times)
+    // a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2 cache.
     let shapes = [
         (1, 35, 32),
         (1, 131, 272),
@@ -263,7 +256,6 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (512, 3072, 16),
         (512, 2560, 16),
         (257, 20480, 16),
-        (200, 136, 10256),
         (24, 48, 1024),
         (24, 44, 96),
         (2, 17, 129),

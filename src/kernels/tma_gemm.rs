@@ -48,18 +48,6 @@ const MAX_K_SLICES: usize = 4;
 const SLICE_STEPS_PER_MIB: f64 = 1.4;
 const SLICES_LAUNCH_STEPS: f64 = 6.0;
 
-/// Stream-K (`NarrowSplit::Stream`), in steps of a 128-row tile in one wave: a block's step, and
-/// what it costs besides its steps (filling, the split tiles' sums written, waited for and
-/// added). H100, fp8_gemm_bench at 512 rows, 132 blocks: o and a KV-sharing layer's q at 19.4
-/// steps a block 15.7–16.2 µs, down at 97 steps 53.0–53.9: ≈ 6.6 µs + 0.48 µs a step, against
-/// ≈ 0.44 µs a step for one block a tile.
-const STREAM_STEP: f64 = 1.1;
-const STREAM_FIXED_STEPS: f64 = 15.0;
-/// Stream-K gives a block at least this many steps, so few blocks share a tile.
-const STREAM_MIN_STEPS: usize = 4;
-/// Tiles a stream-K GEMM may have: its arrival counters, one a tile, are allocated once.
-const STREAM_MAX_TILES: usize = 4096;
-
 /// What the GEMM writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Epilogue {
@@ -85,18 +73,16 @@ enum NarrowSplit {
     /// One block a tile of fewer X rows (one of [`SUB_WAVE_X_ROWS`]), K whole: where 128-row
     /// tiles fill less than one wave.
     Rows(usize),
-    /// Stream-K over the 128-row tiles on `blocks` blocks: where they fill less than one wave.
-    Stream { blocks: usize },
 }
 
 /// The split of an `[m, n]` GEMM over `w_tiles` weight tiles and `k_steps` steps of K on
 /// `multiprocessors` that costs least, in steps of a 128-row tile: waves × (a block's steps +
-/// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch; for stream-K, its
-/// steps a block and fixed cost. Among equals the first of: whole K, narrower rows (widest
-/// first), slices (fewest first), stream-K. A GeGLU epilogue takes slices only (the caller
-/// refuses more than one). E4B at 512 rows on 132 (H100, fp8_gemm_bench, µs): q/k/v 112 rows
-/// (18.2–18.5; stream-K 18.5–19.1), o 96 rows (14.0–14.2; stream-K 15.7–16.1), a KV-sharing
-/// layer's q 64 rows (14.6–14.7; K in 2 15.5–15.6), down stream-K (53.0–53.9; K in 3 55.6–56.0).
+/// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch. Among equals the
+/// first of: whole K, narrower rows (widest first), slices (fewest first). A GeGLU epilogue
+/// takes slices only (the caller refuses more than one). E4B at 512 rows on 132 (H100,
+/// fp8_gemm_bench, µs): q/k/v 112 rows (18.2–18.5), o 96 rows (14.0–14.2), a KV-sharing
+/// layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which slices weighed before rows took
+/// until stop 55), down K in 3 (55.6–56.0).
 fn narrow_split(
     m: usize,
     n: usize,
@@ -109,8 +95,6 @@ fn narrow_split(
     let waves = |tiles: usize| tiles.div_ceil(multiprocessors) as f64;
     let partial_mib = (m * n * 4) as f64 / (1 << 20) as f64;
     let sub_wave = epilogue == Epilogue::Plain && tiles < multiprocessors;
-    let work = tiles * k_steps;
-    let stream_blocks = multiprocessors.min(work / STREAM_MIN_STEPS).max(1);
     let cost = |split: NarrowSplit| match split {
         NarrowSplit::Slices(s) => {
             let steps = k_steps.div_ceil(s) as f64 + BLOCK_STEPS;
@@ -125,12 +109,7 @@ fn narrow_split(
             let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
             waves(m.div_ceil(rows) * w_tiles) * (k_steps as f64 * step + BLOCK_STEPS)
         }
-        NarrowSplit::Stream { blocks } => {
-            STREAM_FIXED_STEPS + STREAM_STEP * work.div_ceil(blocks) as f64
-        }
     };
-    // The stream kernel counts steps × blocks in 32 bits.
-    let streams = sub_wave && tiles <= STREAM_MAX_TILES && work * stream_blocks < 1 << 31;
     std::iter::once(NarrowSplit::Slices(1))
         .chain(
             SUB_WAVE_X_ROWS
@@ -139,9 +118,6 @@ fn narrow_split(
                 .filter(|_| sub_wave),
         )
         .chain((2..=MAX_K_SLICES.min(k_steps)).map(NarrowSplit::Slices))
-        .chain(streams.then_some(NarrowSplit::Stream {
-            blocks: stream_blocks,
-        }))
         .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
         .unwrap_or(NarrowSplit::Slices(1))
 }
@@ -238,9 +214,6 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
             format!("g4_{entry}_rows{rows}_bf16"),
             tiles_of(rows, outputs),
         ),
-        (Tiling::Narrow, NarrowSplit::Stream { blocks }) => {
-            (X_ROWS, STAGES, format!("g4_{entry}_stream_bf16"), blocks)
-        }
         (Tiling::Wide, _) => (
             WIDE_X_ROWS,
             WIDE_STAGES,
@@ -304,14 +277,11 @@ pub fn gemm(
     else {
         return Ok(None);
     };
-    let (slices, stream_blocks) = match split {
-        NarrowSplit::Slices(slices) => (slices, None),
-        NarrowSplit::Rows(_) => (1, None),
-        NarrowSplit::Stream { blocks } => (1, Some(blocks)),
+    let slices = match split {
+        NarrowSplit::Slices(slices) => slices,
+        NarrowSplit::Rows(_) => 1,
     };
-    let ring_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
-    // Stream-K's blocks also keep a bf16 Y tile a consumer warpgroup.
-    let shared_bytes = ring_bytes + stream_blocks.map_or(0, |_| 2 * X_ROWS * WEIGHT_ROWS);
+    let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
     let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The narrow tiles' X map beside the wide one's, for the tiles after the wide ones.
     let narrow_x_map = match tiling {
@@ -327,30 +297,17 @@ pub fn gemm(
     } else {
         None
     };
-    // Stream-K's sums of split tiles (a slot a block) and its arrival counts (one a tile).
-    let stream_buffers = match stream_blocks {
-        Some(blocks) => Some((
-            empty(blocks * X_ROWS * WEIGHT_ROWS, DType::F32, device)?,
-            super::native::lasting_counters(device, STREAM_MAX_TILES)?,
-        )),
-        None => None,
-    };
     let mut args = vec![Arg::TensorMap(&x_map)];
     if let Some(narrow_x_map) = &narrow_x_map {
         args.push(Arg::TensorMap(narrow_x_map));
     }
     args.extend([Arg::TensorMap(&w_map), Arg::Tensor(&scale), Arg::Tensor(&y)]);
     // After Y, the plain entries take the partial sums (slices of K) and the slice count, the
-    // wide-then-narrow ones the wide tiles' outputs, the stream-K one its sums and arrivals
-    // before the shape, the GeGLU ones nothing more.
-    let plain_entry = epilogue == Epilogue::Plain
-        && matches!(tiling, Tiling::Narrow | Tiling::Wide)
-        && stream_blocks.is_none();
+    // wide-then-narrow ones the wide tiles' outputs, the GeGLU ones neither.
+    let plain_entry =
+        epilogue == Epilogue::Plain && !matches!(tiling, Tiling::WideThenNarrow { .. });
     if plain_entry {
         args.push(Arg::OptionalTensor(partial.as_ref()));
-    }
-    if let Some((sums, arrivals)) = &stream_buffers {
-        args.extend([Arg::Tensor(sums), Arg::Tensor(arrivals)]);
     }
     args.extend([Arg::I32(m as i32), Arg::I32(n as i32), Arg::I32(k as i32)]);
     if plain_entry {
@@ -378,30 +335,28 @@ pub fn gemm(
 
 #[cfg(test)]
 mod tests {
-    use super::NarrowSplit::{Rows, Slices, Stream};
+    use super::NarrowSplit::{Rows, Slices};
     use super::Tiling::{Narrow, Wide, WideThenNarrow};
     use super::{narrow_split, plan, tiling, Epilogue};
 
     #[test]
     fn narrow_splits_as_measured_and_as_the_probe_needs() {
         // (m, n, weight tiles, steps of K, split) on 132 multiprocessors, plain epilogue: E4B's
-        // q/k/v, o, a KV-sharing layer's q, down and the per-layer-input projection (K 256) at
-        // 512 rows (measured best, H100: 112 rows, 96 rows, 64 rows, stream-K; the last takes
-        // 96 rows); q/k/v with tiles for a wave (2,048 rows); 31B's down (168 tiles: no
-        // stream-K past one wave); and the probe's cases: a few tiles (64 rows), one tile over
-        // a long K (slices), two over a longer one (stream-K), and one over a K too short to
-        // cut (its 24 rows in a 64-row tile).
+        // q/k/v, o, a KV-sharing layer's q and down at 512 rows (measured best, H100: 112 rows,
+        // 96 rows, 64 rows, K in 3) and its per-layer-input projection (K 256: 96 rows); q/k/v
+        // with tiles for a wave (2,048 rows); 31B's down; and the probe's cases: a few tiles (64
+        // rows), one tile over a long K (slices), and one over a K too short to cut (its 24 rows
+        // in a 64-row tile).
         for (m, n, w_tiles, steps, want) in [
             (512, 3072, 24, 40, Rows(112)),
             (512, 2560, 20, 32, Rows(96)),
             (512, 2048, 16, 40, Rows(64)),
-            (512, 2560, 20, 160, Stream { blocks: 132 }),
+            (512, 2560, 20, 160, Slices(3)),
             (512, 2560, 20, 4, Rows(96)),
             (2048, 3072, 24, 40, Slices(1)),
             (512, 5376, 42, 336, Slices(3)),
             (160, 200, 2, 3, Rows(64)),
             (24, 48, 1, 16, Slices(4)),
-            (200, 136, 2, 161, Stream { blocks: 132 }),
             (24, 48, 1, 2, Rows(64)),
         ] {
             assert_eq!(
@@ -420,8 +375,8 @@ mod tests {
     #[test]
     fn e4b_prefill_gemms_launch_as_measured() {
         // E4B's FP8 projections at 512 rows on an H100 or H200 (132 multiprocessors): (n, k,
-        // epilogue) → (entry point, X rows, blocks, split): q/k/v, o, a KV-sharing layer's q, the
-        // per-layer-input projection in narrower tiles, down as stream-K, and the packed
+        // epilogue) → (entry point, X rows, blocks, split): q/k/v, o, a KV-sharing layer's q and
+        // the per-layer-input projection in narrower tiles, down in 3 slices of K, and the packed
         // gate/up.
         let (plain, geglu) = (Epilogue::Plain, Epilogue::GeluAndMul);
         let (linear, gate_up) = (
@@ -465,15 +420,7 @@ mod tests {
                 120,
                 Rows(96),
             ),
-            (
-                2560,
-                10240,
-                plain,
-                format!("{linear}_stream"),
-                128,
-                132,
-                Stream { blocks: 132 },
-            ),
+            (2560, 10240, plain, linear.to_string(), 128, 80, Slices(3)),
             (20480, 2560, geglu, gate_up.to_string(), 256, 376, Slices(1)),
         ] {
             let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");

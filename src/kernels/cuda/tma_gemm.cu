@@ -41,17 +41,6 @@ G4_TMA_GEMM_SUB_WAVE(64)
 G4_TMA_GEMM_SUB_WAVE(96)
 G4_TMA_GEMM_SUB_WAVE(112)
 
-// matmul_bt_fp8_channel as stream-K (gemm_stream): the grid's blocks share 128 × 128 tiles' steps
-// of K evenly; `workspace` holds gridDim.x slots of a tile's f32 sums, `arrivals` a count a tile
-// (zero before the first launch; each launch leaves it zero). gridDim.x ≤ multiprocessors.
-extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma_stream_bf16(
-    const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap w_map, const float* scale,
-    g4_bf16* y, float* workspace, unsigned* arrivals, int m, int n, int k) {
-    G4_KERNEL_START();
-    g4_tma::gemm_stream<g4_tma::E4m3Weights, g4_tma::NARROW_STAGES>(&x_map, &w_map, scale, y, workspace, arrivals, m,
-                                                                     n, k);
-}
-
 // Both, wide tiles over the first `wide_outputs` outputs and 128-row ones over the rest
 // (gemm_wide_then_narrow): wide_x_map's box is 64 × 256 rows of X, x_map's 64 × 128.
 extern "C" __global__ void __launch_bounds__(g4_tma::THREADS, 1) g4_matmul_bt_fp8_channel_tma_wide_then_narrow_bf16(

@@ -15,9 +15,8 @@
 // The epilogue goes through shared memory: stmatrix.trans turns the (weight row, X row)
 // fragments into rows of Y, which leave in 16-byte stores; for an MLP's packed gate/up it can be
 // the GeGLU product instead (GEGLU). Where a GEMM has too few tiles to
-// fill the GPU, its tiles take fewer X rows, or its K is cut into slices whose f32 partial sums
-// `sum_slices` adds in a fixed order (deterministic, unlike atomics), or its blocks share the
-// tiles' steps of K evenly (stream-K, gemm_stream), each split tile's sums added in K order.
+// fill the GPU, its K is cut into slices whose f32 partial sums `sum_slices` adds in a fixed
+// order (deterministic, unlike atomics).
 // Stop 44's GEMM (cp.async, a __syncthreads a tile) ran 2.1–4.1× slower than cuBLAS even over
 // bf16 weights: its pipeline, not the widening, was the cost.
 // sm_90a only: compiled for anything else, the kernel traps.
@@ -289,145 +288,6 @@ constexpr int shared_bytes() {
     return STAGES * Stage<W, BN>::BYTES + 2 * STAGES * 8 + 1024;
 }
 
-// A block's ring of STAGES stages in its dynamic shared memory (aligned to 1,024 bytes), each an
-// X tile and a W tile, and their "full" and "empty" barriers after them. Steps of K go through
-// the ring in the order the producer issues them: step i in stage i % STAGES, in phase
-// i / STAGES of its barriers.
-template <typename W, int BN, int STAGES>
-struct Ring {
-    typedef Stage<W, BN> Tile;
-    uint8_t* shared;
-    uint64_t *full, *empty;
-
-    __device__ explicit Ring(uint8_t* raw) {
-        shared = raw + ((1024 - shared_address(raw) % 1024) % 1024);
-        full = reinterpret_cast<uint64_t*>(shared + STAGES * Tile::BYTES);
-        empty = full + STAGES;
-    }
-    __device__ uint8_t* x_tile(int stage) const { return shared + stage * Tile::BYTES; }
-    __device__ uint8_t* w_tile(int stage) const { return shared + stage * Tile::BYTES + Tile::X_BYTES; }
-    // The first byte after the ring and its barriers.
-    __device__ uint8_t* end() const { return reinterpret_cast<uint8_t*>(empty + STAGES); }
-
-    // By thread 0, before the block's __syncthreads.
-    __device__ void init() const {
-        for (int s = 0; s < STAGES; ++s) {
-            barrier_init(&full[s], 1);
-            // One arrival from each consumer warp (8) once its wgmmas have read the stage.
-            barrier_init(&empty[s], 8);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-
-    // The producer's step i: wait for its stage to be free, then copy K columns k0… of X rows
-    // m0… and weight rows n0… (and, for GEGLU, the up rows at `up_row` + n0) into it. The first
-    // pass over the ring finds each stage free (parity 1 of a fresh barrier counts as complete).
-    template <bool GEGLU>
-    __device__ void produce(int i, const CUtensorMap* x_map, const CUtensorMap* w_map, int k0, int m0, int n0,
-                            int up_row) const {
-        const int s = i % STAGES;
-        barrier_wait(&empty[s], (i / STAGES + 1) % 2);
-        barrier_arrive_expecting(&full[s], Tile::BYTES);
-        tma_load(x_tile(s), x_map, k0, m0, &full[s]);
-        tma_load(w_tile(s), w_map, k0, n0, &full[s]);
-        if constexpr (GEGLU) tma_load(w_tile(s) + W::TILE_BYTES / 2, w_map, k0, up_row + n0, &full[s]);
-    }
-
-    // A consumer warp's sums d over the ring's steps first … first + count − 1 (one tile's run of
-    // K): for step i, wait for its copies, widen its A (e4m3) while step i − 1's wgmmas run,
-    // start its wgmmas, then wait for step i − 1's and free its stage. The run's last stage is
-    // left to the caller (free it with release() once its wgmmas are waited for, where the ring
-    // goes on). first_row: this warp's first A row in a W tile.
-    __device__ void accumulate(float (&d)[BN / 2], int first, int count, int first_row, int consumer, int lane,
-                               float scale_low, float scale_high) const {
-        // `a` takes step i's A; `in_flight` holds step i − 1's until that wait.
-        auto compute = [&](int i, uint32_t (&a)[BK / 16][4], uint32_t (&in_flight)[BK / 16][4]) {
-            const int s = i % STAGES;
-            barrier_wait(&full[s], (i / STAGES) % 2);
-            if constexpr (W::IN_REGISTERS) {
-                E4m3Weights::fragments(w_tile(s), first_row, lane, scale_low, scale_high, a);
-#pragma unroll
-                for (int step = 0; step < BK / 16; ++step)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) hold(a[step][r]);
-            }
-            wgmma_fence();
-#pragma unroll
-            for (int step = 0; step < BK / 16; ++step) {
-                const uint64_t b = descriptor_sw128(x_tile(s) + 32 * step);
-                if constexpr (W::IN_REGISTERS)
-                    wgmma_m64nk16(d, a[step], b);
-                else
-                    wgmma_m64nk16(d, descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();
-            if constexpr (W::IN_REGISTERS)
-#pragma unroll
-                for (int step = 0; step < BK / 16; ++step)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) hold(in_flight[step][r]);
-            if (i > first && lane == 0) barrier_arrive(&empty[(i - 1) % STAGES]);
-        };
-        // Two sets of A registers used in turn, so each step's are fixed at compile time.
-        uint32_t a_even[BK / 16][4] = {}, a_odd[BK / 16][4] = {};
-        const int end = first + count;
-        int i = first;
-        for (; i + 1 < end; i += 2) {
-            compute(i, a_even, a_odd);
-            compute(i + 1, a_odd, a_even);
-        }
-        if (i < end) compute(i, a_even, a_odd);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int r = 0; r < BN / 2; ++r) hold(d[r]);
-    }
-    // Frees step i's stage (a consumer warp's arrival), after its wgmmas are waited for.
-    __device__ void release(int i, int lane) const {
-        if (lane == 0) barrier_arrive(&empty[i % STAGES]);
-    }
-};
-
-// A consumer warpgroup's 64 weight rows × BN X rows of its sums d, rounded to bf16, into
-// `out_tile` ([BN X rows][64 weight rows] bf16, 128-byte rows, chunk c of row r at c ^ (r % 8)):
-// stmatrix.trans turns the (weight row, X row) fragments into rows of Y.
-template <int BN>
-__device__ __forceinline__ void stage_tile(const float (&d)[BN / 2], uint8_t* out_tile, int warp, int lane) {
-    const int q = lane / 8, r = lane % 8;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j += 2) {
-        uint32_t v[4];
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-            const __nv_bfloat162 pair = __floats2bfloat162_rn(d[4 * (j + h / 2) + 2 * (h % 2)],
-                                                              d[4 * (j + h / 2) + 2 * (h % 2) + 1]);
-            v[h] = *reinterpret_cast<const uint32_t*>(&pair);
-        }
-        // Matrix q of the four is (X rows 8(j + q / 2)…, weight rows first_row + 8(q % 2)…);
-        // lane 8q + r names the address of its stored row r: X row 8(j + q / 2) + r.
-        const int x_row = 8 * (j + q / 2) + r, chunk = 2 * warp + q % 2;
-        const uint32_t address = shared_address(out_tile + x_row * 128 + 16 * (chunk ^ r));
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
-                     "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
-                     : "memory");
-    }
-}
-
-// The same tile on to Y (bf16 [m, n]) at X row m0 and column col0, in 16-byte stores. The caller
-// makes sure no thread of the warpgroup still reads out_tile from before.
-template <int BN>
-__device__ __forceinline__ void store_tile(const float (&d)[BN / 2], uint8_t* out_tile, g4_bf16* __restrict__ y,
-                                           int m, int n, int m0, int col0, int consumer, int warp, int lane) {
-    stage_tile<BN>(d, out_tile, warp, lane);
-    named_barrier(2 + consumer, 128);
-    for (int c = threadIdx.x % 128; c < BN * 8; c += 128) {
-        const int x_row = c / 8, chunk = c % 8, col = col0 + 8 * chunk;
-        if (m0 + x_row < m && col < n)
-            *reinterpret_cast<uint4*>(y + (size_t)(m0 + x_row) * n + col) =
-                *reinterpret_cast<const uint4*>(out_tile + x_row * 128 + 16 * (chunk ^ (x_row % 8)));
-    }
-}
-
 // One block of the GEMM; the __global__ wrappers (tma_gemm.cu, kernel-bench) are launched with
 // THREADS threads and shared_bytes<W, BN, STAGES>(), over a flat grid of ceil(m / BN) X tiles ×
 // ceil(n / 128) weight tiles × `slices` slices of K, X tiles fastest (the blocks that share a
@@ -450,8 +310,13 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
                   "wgmma's N: 128 or 256 rows of X, or 64, 96 or 112 with A from registers");
     static_assert(2 * BN * 128 <= STAGES * Stage<W, BN>::BYTES, "the epilogue's tiles fit in the stages");
 #if defined(G4_TMA_GEMM)
+    typedef Stage<W, BN> Tile;
     extern __shared__ uint8_t raw_shared[];
-    const Ring<W, BN, STAGES> ring(raw_shared);
+    uint8_t* shared = raw_shared + ((1024 - shared_address(raw_shared) % 1024) % 1024);
+    uint64_t* full = reinterpret_cast<uint64_t*>(shared + STAGES * Tile::BYTES);
+    uint64_t* empty = full + STAGES;
+    auto x_tile = [&](int stage) { return shared + stage * Tile::BYTES; };
+    auto w_tile = [&](int stage) { return shared + stage * Tile::BYTES + Tile::X_BYTES; };
 
     // A block's outputs: 128 weight rows' own, or 64 gate and up rows' products.
     constexpr int OUTPUTS = GEGLU ? BM / 2 : BM;
@@ -463,14 +328,31 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     const int first_tile = slice * per_slice, count = max(0, min(per_slice, tiles - first_tile));
     const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
 
-    if (tid == 0) ring.init();
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            barrier_init(&full[s], 1);
+            // One arrival from each consumer warp (8) once its wgmmas have read the stage.
+            barrier_init(&empty[s], 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
     __syncthreads();
 
     if (warpgroup == 0) {
         set_registers_down<PRODUCER_REGISTERS>();
-        if (tid == 0)
-            for (int i = 0; i < count; ++i)
-                ring.template produce<GEGLU>(i, x_map, w_map, (first_tile + i) * BK, m0, n0, outputs);
+        if (tid == 0) {
+            for (int i = 0; i < count; ++i) {
+                const int s = i % STAGES;
+                // The first pass over the ring finds each stage free (parity 1 of a fresh
+                // barrier counts as complete).
+                barrier_wait(&empty[s], (i / STAGES + 1) % 2);
+                barrier_arrive_expecting(&full[s], Tile::BYTES);
+                const int k0 = (first_tile + i) * BK;
+                tma_load(x_tile(s), x_map, k0, m0, &full[s]);
+                tma_load(w_tile(s), w_map, k0, n0, &full[s]);
+                if constexpr (GEGLU) tma_load(w_tile(s) + W::TILE_BYTES / 2, w_map, k0, outputs + n0, &full[s]);
+            }
+        }
         return;
     }
 
@@ -487,7 +369,49 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     float d[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-    ring.accumulate(d, 0, count, first_row, consumer, lane, scale_low, scale_high);
+
+    // Tile i: wait for its copies, widen its A (e4m3) while tile i - 1's wgmmas run, start its
+    // wgmmas, then wait for tile i - 1's and free its stage. `a` takes tile i's A; `in_flight`
+    // holds tile i - 1's until that wait.
+    auto compute_tile = [&](int i, uint32_t (&a)[BK / 16][4], uint32_t (&in_flight)[BK / 16][4]) {
+        const int s = i % STAGES;
+        barrier_wait(&full[s], (i / STAGES) % 2);
+        if constexpr (W::IN_REGISTERS) {
+            E4m3Weights::fragments(w_tile(s), first_row, lane, scale_low, scale_high, a);
+#pragma unroll
+            for (int step = 0; step < BK / 16; ++step)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) hold(a[step][r]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < BK / 16; ++step) {
+            const uint64_t b = descriptor_sw128(x_tile(s) + 32 * step);
+            if constexpr (W::IN_REGISTERS)
+                wgmma_m64nk16(d, a[step], b);
+            else
+                wgmma_m64nk16(d, descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if constexpr (W::IN_REGISTERS)
+#pragma unroll
+            for (int step = 0; step < BK / 16; ++step)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) hold(in_flight[step][r]);
+        if (i > 0 && lane == 0) barrier_arrive(&empty[(i - 1) % STAGES]);
+    };
+    // Two sets of A registers used in turn, so each tile's are fixed at compile time.
+    uint32_t a_even[BK / 16][4] = {}, a_odd[BK / 16][4] = {};
+    int i = 0;
+    for (; i + 1 < count; i += 2) {
+        compute_tile(i, a_even, a_odd);
+        compute_tile(i + 1, a_odd, a_even);
+    }
+    if (i < count) compute_tile(i, a_even, a_odd);
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < BN / 2; ++r) hold(d[r]);
 
     // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
     const int row_low = group_row + warp * 16 + g, row_high = row_low + 8;
@@ -502,14 +426,33 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
             }
         return;
     }
-    // Every consumer warp is past its last wgmma, so the stages are free for Y's tiles.
+    // Every consumer warp is past its last wgmma, so the stages are free for Y's tiles: this
+    // warpgroup's [BN X rows][64 weight rows] bf16, 128-byte rows, chunk c of row r at c ^ (r % 8).
     named_barrier(1, 256);
+    uint8_t* out_tile = shared + consumer * BN * 128;
+    const int q = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j += 2) {
+        uint32_t v[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+            const __nv_bfloat162 pair = __floats2bfloat162_rn(d[4 * (j + h / 2) + 2 * (h % 2)],
+                                                              d[4 * (j + h / 2) + 2 * (h % 2) + 1]);
+            v[h] = *reinterpret_cast<const uint32_t*>(&pair);
+        }
+        // Matrix q of the four is (X rows 8(j + q / 2)…, weight rows first_row + 8(q % 2)…);
+        // lane 8q + r names the address of its stored row r: X row 8(j + q / 2) + r.
+        const int x_row = 8 * (j + q / 2) + r, chunk = 2 * warp + q % 2;
+        const uint32_t address = shared_address(out_tile + x_row * 128 + 16 * (chunk ^ r));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+                     "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+                     : "memory");
+    }
     if constexpr (GEGLU) {
         // Both halves written: each output's gate (the first warpgroup's tile) and up (the
         // second's), by all 256 consumer threads.
-        const uint8_t *gate_tile = ring.shared, *up_tile = ring.shared + BN * 128;
-        stage_tile<BN>(d, ring.shared + consumer * BN * 128, warp, lane);
         named_barrier(1, 256);
+        const uint8_t *gate_tile = shared, *up_tile = shared + BN * 128;
         for (int c = tid - 128; c < BN * 8; c += 256) {
             const int x_row = c / 8, chunk = c % 8, col = n0 + 8 * chunk;
             if (m0 + x_row >= m || col >= outputs) continue;
@@ -530,7 +473,14 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
         }
         return;
     }
-    store_tile<BN>(d, ring.shared + consumer * BN * 128, y, m, n, m0, n0 + consumer * 64, consumer, warp, lane);
+    named_barrier(2 + consumer, 128);
+    const int col0 = n0 + consumer * 64;
+    for (int c = tid % 128; c < BN * 8; c += 128) {
+        const int x_row = c / 8, chunk = c % 8, col = col0 + 8 * chunk;
+        if (m0 + x_row < m && col < n)
+            *reinterpret_cast<uint4*>(y + (size_t)(m0 + x_row) * n + col) =
+                *reinterpret_cast<const uint4*>(out_tile + x_row * 128 + 16 * (chunk ^ (x_row % 8)));
+    }
 #else
     __trap();
 #endif
@@ -546,132 +496,6 @@ __device__ __forceinline__ void gemm_all(const CUtensorMap* x_map, const CUtenso
 
 // Stages of the two tile shapes: 128 weight rows by 128 X rows, or by 256 ("wide").
 constexpr int NARROW_STAGES = 6, WIDE_STAGES = 5;
-
-// A count other blocks raise, read with acquire semantics (their sums, written before, are
-// then visible).
-__device__ __forceinline__ unsigned arrived(const unsigned* count) {
-    unsigned value = 0;
-#if defined(G4_TMA_GEMM)
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(count) : "memory");
-#endif
-    return value;
-}
-
-// Stream-K, for plain GEMMs whose 128 × 128 tiles leave much of their last wave idle: the
-// grid's blocks share the GEMM's tiles × steps of K evenly, block b steps [b·W / B, (b + 1)·W / B)
-// of the W of them in order (a tile's steps together, X tiles fastest), so a block may end one
-// tile and begin the next, in one pass over its ring. A tile whose steps one block ran whole
-// goes to Y as gemm_block's do. A tile split between blocks is finished by the block that ran
-// its first steps: every other block ran the tile's later steps as its own first ones, left its
-// f32 sums in `workspace` (slot b) and counted itself in `arrivals[tile]`; the first block waits
-// for the count (in practice it is long complete: its own part of the tile is its last), adds
-// their sums to its own in the order of K (deterministic), writes Y and sets the count back to
-// 0 for the next launch. The wait needs every block resident at once: at most one block a
-// multiprocessor. Shared memory: gemm_block's ring, then a Y tile for each consumer warpgroup
-// (its own, so a block can write one while its ring already holds the next tile's steps):
-// stream_shared_bytes<W, STAGES>().
-constexpr int STREAM_X_ROWS = 128;
-template <typename W, int STAGES>
-constexpr int stream_shared_bytes() {
-    return shared_bytes<W, STREAM_X_ROWS, STAGES>() + 2 * STREAM_X_ROWS * 128;
-}
-template <typename W, int STAGES>
-__device__ __forceinline__ void gemm_stream(const CUtensorMap* x_map, const CUtensorMap* w_map,
-                                            const float* __restrict__ scale, g4_bf16* __restrict__ y,
-                                            float* __restrict__ workspace, unsigned* __restrict__ arrivals, int m,
-                                            int n, int k) {
-#if defined(G4_TMA_GEMM)
-    constexpr int BN = STREAM_X_ROWS, VECTORS = BN / 8;  // a consumer thread's sums: BN / 2 floats
-    extern __shared__ uint8_t raw_shared[];
-    const Ring<W, BN, STAGES> ring(raw_shared);
-    uint8_t* out_tiles = ring.end();
-
-    // 32-bit arithmetic throughout: the host keeps work × blocks below 2^31. Divisions stay off
-    // the per-step paths (a single producer thread issues every copy).
-    const unsigned x_tiles = (m + BN - 1) / BN, w_tiles = (n + BM - 1) / BM, steps = (k + BK - 1) / BK;
-    const unsigned work = x_tiles * w_tiles * steps, blocks = gridDim.x;
-    const unsigned first = blockIdx.x * work / blocks, total = (blockIdx.x + 1) * work / blocks - first;
-    const int tid = threadIdx.x, warpgroup = tid / 128, lane = tid % 32;
-
-    if (tid == 0) ring.init();
-    __syncthreads();
-
-    if (warpgroup == 0) {
-        set_registers_down<PRODUCER_REGISTERS>();
-        if (tid == 0) {
-            unsigned tile = first / steps, step = first % steps;
-            int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM;
-            for (unsigned i = 0; i < total; ++i) {
-                ring.template produce<false>(i, x_map, w_map, step * BK, m0, n0, 0);
-                if (++step == steps) {
-                    step = 0, ++tile;
-                    m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM;
-                }
-            }
-        }
-        return;
-    }
-
-    set_registers_up<CONSUMER_REGISTERS>();
-    const int consumer = warpgroup - 1, warp = tid % 128 / 32, g = lane / 4, thread = tid - 128;
-    const int first_row = consumer * 64 + warp * 16;
-    // The block whose steps include step u.
-    auto owner = [&](unsigned u) { return ((u + 1) * blocks - 1) / work; };
-    const size_t slot_vectors = (size_t)VECTORS * 256;
-    const float4* sums_in = reinterpret_cast<const float4*>(workspace);
-    float4* sums_out = reinterpret_cast<float4*>(workspace);
-    unsigned tile = first / steps, step0 = first % steps;
-    for (unsigned done = 0; done < total; done += steps - step0, step0 = 0, ++tile) {
-        const unsigned count = min(total - done, steps - step0);
-        const int m0 = tile % x_tiles * BN, n0 = tile / x_tiles * BM, group_row = n0 + consumer * 64;
-        const float scale_low = W::row_scale(scale, group_row + warp * 16 + g, n);
-        const float scale_high = W::row_scale(scale, group_row + warp * 16 + g + 8, n);
-        float d[BN / 2];
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
-        ring.accumulate(d, done, count, first_row, consumer, lane, scale_low, scale_high);
-        ring.release(done + count - 1, lane);
-        if (step0 > 0 || count < steps) {
-            // Part of a tile. The block that ran its first steps (this one where step0 is 0) adds
-            // the others' sums to its own in the order of K once they are all in; each other
-            // block ran the tile's later steps first thing (step0 > 0), so it leaves its sums in
-            // its slot, b, and counts itself in.
-            const unsigned first_block = owner(tile * steps), last_block = owner(tile * steps + steps - 1);
-            if (step0 > 0) {
-                float4* mine = sums_out + blockIdx.x * slot_vectors + thread;
-#pragma unroll
-                for (int j = 0; j < VECTORS; ++j)
-                    __stcg(mine + j * 256, make_float4(d[4 * j], d[4 * j + 1], d[4 * j + 2], d[4 * j + 3]));
-                named_barrier(1, 256);
-                if (thread == 0) {
-                    __threadfence();
-                    atomicAdd(&arrivals[tile], 1u);
-                }
-                continue;
-            }
-            if (thread == 0) {
-                while (arrived(&arrivals[tile]) != last_block - first_block) {
-                }
-                arrivals[tile] = 0;
-            }
-            named_barrier(1, 256);
-            for (unsigned c = first_block + 1; c <= last_block; ++c) {
-                const float4* theirs = sums_in + c * slot_vectors + thread;
-#pragma unroll
-                for (int j = 0; j < VECTORS; ++j) {
-                    const float4 part = __ldcg(theirs + j * 256);
-                    d[4 * j] += part.x, d[4 * j + 1] += part.y, d[4 * j + 2] += part.z, d[4 * j + 3] += part.w;
-                }
-            }
-        }
-        // No thread of the warpgroup still reads its Y tile from the tile before.
-        named_barrier(2 + consumer, 128);
-        store_tile<BN>(d, out_tiles + consumer * BN * 128, y, m, n, m0, group_row, consumer, warp, lane);
-    }
-#else
-    __trap();
-#endif
-}
 
 // One slice of K in two kinds of tiles: wide ones over the first `wide_outputs` outputs (a
 // multiple of a block's), launched first, then 128-row ones over the rest. Wide tiles read each

@@ -641,31 +641,6 @@ pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<T
     }
 }
 
-/// At least `len` u32 counters on `device` that outlive the call: zero when first allocated,
-/// and kept for the process, one buffer a device. For kernels that leave their counters zero
-/// again when they finish (the stream-K GEMM's arrivals), so no launch has to clear them.
-/// Launches on one stream use them one after another.
-pub fn lasting_counters(device: &Device, len: usize) -> Result<Tensor> {
-    use std::sync::{Mutex, OnceLock};
-    static COUNTERS: OnceLock<Mutex<Vec<(Device, Tensor)>>> = OnceLock::new();
-    let mut all = COUNTERS
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| candle_core::Error::Msg("lasting counters: lock poisoned".into()))?;
-    match all.iter_mut().find(|(d, _)| d.same_device(device)) {
-        Some((_, counters)) if counters.elem_count() >= len => Ok(counters.clone()),
-        Some((_, counters)) => {
-            *counters = Tensor::zeros(len, DType::U32, device)?;
-            Ok(counters.clone())
-        }
-        None => {
-            let counters = Tensor::zeros(len, DType::U32, device)?;
-            all.push((device.clone(), counters.clone()));
-            Ok(counters)
-        }
-    }
-}
-
 /// Fills the contiguous tensor `dst` (`[rows, …]`) from the host: `fill(rows, bytes)` writes
 /// the host image of a range of its rows into `bytes`. On CUDA the rows are written straight
 /// into pinned staging buffers, a chunk at a time, and each chunk's copy runs while the host
