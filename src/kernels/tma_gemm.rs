@@ -17,10 +17,9 @@ use super::native::{
 use candle_core::{DType, Result, Tensor};
 
 /// Blocks of 128 weight rows by 128 X rows (or 256, "wide"; or 64–112 where 128-row tiles fill
-/// less than one wave), K in steps of 64 (one 128-byte row
-/// of a bf16 tile), a producer warpgroup and two consumer ones; 6 stages of shared memory (5
-/// wide), each an X tile (rows × 64 bf16), a W tile (128 × 64 e4m3) and two 8-byte barriers, and
-/// 1 KiB to align them.
+/// less than one wave), K in steps of 64 (one 128-byte row of a bf16 tile), a producer
+/// warpgroup and two consumer ones; 6 stages of shared memory (5 wide), each an X tile (rows ×
+/// 64 bf16), a W tile (128 × 64 e4m3) and two 8-byte barriers, and 1 KiB to align them.
 const WEIGHT_ROWS: usize = 128;
 const X_ROWS: usize = 128;
 const WIDE_X_ROWS: usize = 256;

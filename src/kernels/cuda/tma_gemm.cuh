@@ -294,8 +294,9 @@ constexpr int shared_bytes() {
 // weight tile run together, so it is read from memory once). `block` is this block's place in
 // that grid, and the weight tiles cover `region_outputs` outputs from `first_output` (a multiple
 // of the block's outputs): all of them, or one part of gemm_wide_then_narrow's split.
-// x_map: X as bf16 [m, k], box 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in W's type and swizzle. k % 16 == 0
-// (TMA's 16-byte row pitch; a partial last tile reads zeros), n % 8 == 0 (whole 16-byte stores).
+// x_map: X as bf16 [m, k], box 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in W's
+// type and swizzle. k % 16 == 0 (TMA's 16-byte row pitch; a partial last tile reads zeros),
+// n % 8 == 0 (whole 16-byte stores).
 // With one slice Y is bf16 [m, n]; with more, slice z writes its f32 sums to partial + z·m·n.
 // GEGLU (one slice): W is an MLP's packed [gate ‖ up] (n = 2d rows, w_map's box 64 × 64) and Y
 // [m, d] = gelu_tanh(X·gateᵀ) ⊙ X·upᵀ, rounded as the GEMM and then gelu_and_mul round (each
