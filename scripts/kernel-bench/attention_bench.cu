@@ -50,7 +50,7 @@ int main() {
                     return [&, keys_per_chunk, o, blocks](int i) {
                         const int splits = splits_for(keys_per_chunk, blocks);
                         g4_attention_bf16<<<rows * splits, 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, nullptr, o, acc,
-                                                                              stats, nullptr, heads, kv_heads, 1, keys, d, stride,
+                                                                              stats, heads, kv_heads, 1, keys, d, stride,
                                                                               scale, splits);
                         if (splits > 1)
                             g4_attention_merge_bf16<<<rows * ((d + 127) / 128), 128, 0, b.stream>>>(acc, stats, o, d, splits);
@@ -68,7 +68,7 @@ int main() {
                 // The chunk kernel alone (g4's splits, no merge): what the merge adds.
                 const double t_chunks = b.graph_us(sets, [&](int i) {
                     g4_attention_bf16<<<rows * splits_for(16), 128, 0, b.stream>>>(q, ks[i % sets], vs[i % sets], mask, nullptr, out_small,
-                                                                                 acc, stats, nullptr, heads, kv_heads, 1, keys, d, stride,
+                                                                                 acc, stats, heads, kv_heads, 1, keys, d, stride,
                                                                                  scale, splits_for(16));
                 });
                 const double floor_us = 2.0 * kv_heads * visible * d * sizeof(bf) / 4.0e6;

@@ -185,10 +185,6 @@ const TARGET_BLOCKS: usize = 512;
 /// Chunks a row may have (`G4_ATTN_MAX_SPLITS`: the merge keeps one weight per chunk in shared
 /// memory); `TARGET_BLOCKS` keeps every decode step well under it.
 const MAX_SPLITS: usize = 1024;
-/// Query rows (batch × heads × queries) whose chunks the chunk kernel's last block merges, one
-/// arrival counter a row; more rows (none of Gemma-4's: 32 heads × 16 queries at most) take the
-/// merge kernel.
-const ARRIVAL_ROWS: usize = 4096;
 
 /// Warps of the softmax kernel's block (one warp per score row).
 const SOFTMAX_WARPS: usize = 4;
@@ -231,7 +227,7 @@ const FLASH_MAP_THREADS: u32 = 128;
 const FLASH_TARGET_BLOCKS: usize = 512;
 
 /// CUDA arm: for decode and short query blocks, split-K over the keys with an online softmax
-/// per warp, merged by each row's last chunk to finish (src/kernels/cuda/attention.cu), reading K/V in place from the
+/// per warp and a merge kernel (src/kernels/cuda/attention.cu), reading K/V in place from the
 /// cache (head_dim up to 512, Gemma-4's largest), its chunks cut from the visible slots where
 /// the last one is on the device; for longer blocks, the flash kernel where it fits
 /// ([`flash_fits`]), else cuBLAS's batched GEMMs around one softmax kernel.
@@ -273,11 +269,6 @@ fn native_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) 
         .clamp(1, MAX_SPLITS);
     let out = empty((batch, heads, seq, head_dim), q.dtype(), q.device())?;
     let (partial_acc, partial_stats) = split_partials(splits, rows, head_dim, q.device())?;
-    // The row's last chunk merges it where the rows have counters; else the merge kernel does.
-    let arrivals = match splits > 1 && rows <= ARRIVAL_ROWS {
-        true => Some(super::native::lasting_counters(q.device(), ARRIVAL_ROWS)?),
-        false => None,
-    };
     let args = [
         Arg::Tensor(&q),
         Arg::RowView(&k),
@@ -287,7 +278,6 @@ fn native_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) 
         Arg::Tensor(&out),
         Arg::OptionalTensor(partial_acc.as_ref()),
         Arg::OptionalTensor(partial_stats.as_ref()),
-        Arg::OptionalTensor(arrivals.as_ref()),
         Arg::I32(heads as i32),
         Arg::I32(kv_heads as i32),
         Arg::I32(seq as i32),
@@ -301,9 +291,7 @@ fn native_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) 
     let grid = Grid::of_warps(rows * splits, WARPS_PER_BLOCK, lanes);
     let dtype = q.dtype();
     launch(&kernel_name("attention", dtype)?, q.device(), grid, &args)?;
-    if arrivals.is_none() {
-        merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
-    }
+    merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
     Ok(out)
 }
 
@@ -625,7 +613,7 @@ fn composed_seeing(c: &Case, visible: Visible, scale: f64) -> Result<Vec<Tensor>
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "up to 16 queries, head_dim up to 512",
-        path: "native: split-K over the keys with an online softmax, merged by each row's last chunk to finish, K/V read in place (16 bytes a lane at once where aligned rows are whole vectors: head_dim 256 and 512)",
+        path: "native: split-K over the keys with an online softmax, K/V read in place (16 bytes a lane at once where aligned rows are whole vectors: head_dim 256 and 512)",
         case: "q[8×1×512] kv[2×256] at position 69",
     },
     ShapePath {

@@ -2,8 +2,7 @@
 // blocks run split-K ("flash decoding"): each query row's keys are cut into `splits` chunks, one
 // block per (row, chunk), so that a decode step with few heads still fills the GPU. Each warp of
 // a block keeps an online softmax (f32) over its keys; the warps merge in the block, and with
-// several chunks the row's last chunk to finish merges the chunks' partial results (or, without
-// arrival counters, a second kernel). Longer query blocks run
+// several chunks a second kernel merges the chunks' partial results. Longer query blocks run
 // cuBLAS's GEMMs around attention_softmax (below).
 // K/V may be views into a longer cache: rows are contiguous, heads are `kv_head_stride` elements
 // apart. mask is an optional additive f32 [S, T]; a warp reads 32 mask entries at once and skips
@@ -197,40 +196,10 @@ __device__ __noinline__ void attention_warp(const typename Row::QueryRow* q_row,
     }
 }
 
-// A query row's chunks merged: partials [chunk][D] with each chunk's (max, sum) in natural-log
-// units; a chunk with no visible key has max −∞ and adds nothing, and a row with none attends to
-// nothing (zeros). The block finds the row's maximum and each chunk's weight once, into shared
-// `weights`; each thread then sums its outputs over the chunks in chunk order with loads that do
-// not wait on one another (each thread re-deriving the weights chunk by chunk made the merge
-// walk its chunks latency-bound). Loads go to L2 (`__ldcg`): other blocks wrote the partials.
-__device__ void chunk_weights(const float* stats, int splits, float* weights) {
-    float row_max = -INFINITY;
-    for (int c = threadIdx.x; c < splits; c += blockDim.x) row_max = fmaxf(row_max, g4_load_l2(stats + c * 2));
-    row_max = g4_block_max(row_max);
-    for (int c = threadIdx.x; c < splits; c += blockDim.x) {
-        const float chunk_max = g4_load_l2(stats + c * 2);
-        weights[c] = chunk_max == -INFINITY ? 0.0f : expf(chunk_max - row_max);
-    }
-    __syncthreads();
-}
-
-template <typename T>
-__device__ __forceinline__ T merged_column(const float* acc, const float* stats, const float* weights, int d,
-                                           int splits) {
-    float total = 0.0f, o = 0.0f;
-#pragma unroll 8
-    for (int c = 0; c < splits; ++c) {
-        total += g4_load_l2(stats + c * 2 + 1) * weights[c];
-        o += g4_load_l2(acc + (size_t)c * d) * weights[c];
-    }
-    return g4_from_f32<T>(total > 0.0f ? o / total : 0.0f);
-}
-
 template <typename T>
 __device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot,
-                                T* out, float* partial_acc, float* partial_stats, unsigned* arrivals, int heads,
-                                int kv_heads, int seq, int keys, int d, size_t kv_head_stride, float scale,
-                                int splits) {
+                                T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
+                                int keys, int d, size_t kv_head_stride, float scale, int splits) {
     const int warp_size = warpSize;
     const int row = blockIdx.x / splits;  // (b * heads + h) * seq + s
     const int split = blockIdx.x % splits;
@@ -295,30 +264,16 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
         partial_stats[slot * 2] = chunk_max;
         partial_stats[slot * 2 + 1] = chunk_sum;
     }
-    if (splits == 1 || arrivals == nullptr) return;  // the merge kernel follows
-    // The row's last chunk to finish merges the row: one launch and one dependency wait fewer
-    // than a merge kernel. Each thread's partial is made visible before the block counts itself
-    // in; the last block sets the count back to zero for the next launch.
-    __shared__ unsigned arrived;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) arrived = atomicAdd(arrivals + row, 1u);
-    __syncthreads();
-    if (arrived != (unsigned)splits - 1) return;
-    __threadfence();
-    float* weights = &warp_acc[0][0];  // the warps' sums are read: their memory holds the weights
-    const float* stats = partial_stats + (size_t)row * splits * 2;
-    chunk_weights(stats, splits, weights);
-    for (int j = threadIdx.x; j < d; j += blockDim.x) {
-        out[(size_t)row * d + j] = merged_column<T>(partial_acc + (size_t)row * splits * d + j, stats, weights, d, splits);
-    }
-    if (threadIdx.x == 0) arrivals[row] = 0;
 }
 
-// Merges each query row's chunks (see chunk_weights) where the chunk kernel did not: the flash
-// kernel's, and the decode kernel's without arrival counters. A row's D outputs are spread over
-// several blocks (blockDim elements each), so that the few rows of a decode step still fill the
-// GPU when their chunks are many.
+// Merges each query row's chunks, for this decode kernel and the flash kernel alike: partials
+// [row][chunk][D] with each chunk's (max, sum) in natural-log units; a chunk with no visible key
+// has max −∞ and adds nothing, and a row with none attends to nothing (zeros). A row's D outputs
+// are spread over several blocks (blockDim elements each), so that the few rows of a decode
+// step still fill the GPU when their chunks are many. The block finds the row's maximum and each
+// chunk's weight once, in shared memory; each thread then sums its output over the chunks in
+// chunk order with loads that do not wait on one another (each thread re-deriving the weights
+// chunk by chunk made the merge walk its chunks latency-bound).
 template <typename T>
 __device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits) {
     __shared__ float weights[G4_ATTN_MAX_SPLITS];
@@ -326,9 +281,22 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
     const int row = blockIdx.x / blocks_per_row;
     const int j = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
     const float* stats = partial_stats + (size_t)row * splits * 2;
-    chunk_weights(stats, splits, weights);
+    float row_max = -INFINITY;
+    for (int c = threadIdx.x; c < splits; c += blockDim.x) row_max = fmaxf(row_max, stats[c * 2]);
+    row_max = g4_block_max(row_max);
+    for (int c = threadIdx.x; c < splits; c += blockDim.x) {
+        weights[c] = stats[c * 2] == -INFINITY ? 0.0f : expf(stats[c * 2] - row_max);
+    }
+    __syncthreads();
     if (j >= d) return;
-    out[(size_t)row * d + j] = merged_column<T>(partial_acc + (size_t)row * splits * d + j, stats, weights, d, splits);
+    const float* acc = partial_acc + (size_t)row * splits * d + j;
+    float total = 0.0f, o = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < splits; ++c) {
+        total += stats[c * 2 + 1] * weights[c];
+        o += acc[(size_t)c * d] * weights[c];
+    }
+    out[(size_t)row * d + j] = g4_from_f32<T>(total > 0.0f ? o / total : 0.0f);
 }
 
 // The GEMM path of long query blocks: between cuBLAS's q·kᵀ and p·v, probs = softmax(scores ·
@@ -437,12 +405,11 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
 #define G4_ATTENTION(NAME, T)                                                                               \
     extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 2)                                     \
         g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
-                            T* out, float* partial_acc, float* partial_stats, unsigned* arrivals, int heads, \
-                            int kv_heads, int seq, int keys, int d, size_t kv_head_stride, float scale,     \
-                            int splits) {                                                                    \
+                            T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq, \
+                            int keys, int d, size_t kv_head_stride, float scale, int splits) {              \
         G4_KERNEL_START();                                                                                   \
-        attention_chunk<T>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, arrivals, heads,       \
-                           kv_heads, seq, keys, d, kv_head_stride, scale, splits);                           \
+        attention_chunk<T>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
+                           keys, d, kv_head_stride, scale, splits);                                          \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
                                                          T* out, int d, int splits) {                        \

@@ -39,13 +39,6 @@ typedef __half g4_f16;
 #define G4_SYNC_WARP() __syncwarp()
 #endif
 
-// A load from L2, past this multiprocessor's L1: for values other blocks of the same launch wrote.
-#if defined(__HIPCC__)
-__device__ __forceinline__ float g4_load_l2(const float* p) { return *(const volatile float*)p; }
-#else
-__device__ __forceinline__ float g4_load_l2(const float* p) { return __ldcg(p); }
-#endif
-
 #include <stdint.h>
 
 // Programmatic dependent launch (Hopper and newer; the host asks for it there): a kernel may

@@ -641,26 +641,6 @@ pub fn empty(shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<T
     }
 }
 
-/// At least `len` u32 counters on `device` that outlive the call: zero when allocated, kept for
-/// the process and never freed (a captured graph step holds their address). For kernels that
-/// leave their counters zero again when they finish (the decode attention's arrivals), so no
-/// launch has to clear them; launches on one stream use them one after another.
-pub fn lasting_counters(device: &Device, len: usize) -> Result<Tensor> {
-    use std::sync::{Mutex, OnceLock};
-    static COUNTERS: OnceLock<Mutex<Vec<Tensor>>> = OnceLock::new();
-    let mut all = COUNTERS
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| candle_core::Error::Msg("lasting counters: lock poisoned".into()))?;
-    let fits = |t: &&Tensor| t.device().same_device(device) && t.elem_count() >= len;
-    if let Some(counters) = all.iter().find(fits) {
-        return Ok(counters.clone());
-    }
-    let counters = Tensor::zeros(len, DType::U32, device)?;
-    all.push(counters.clone());
-    Ok(counters)
-}
-
 /// Fills the contiguous tensor `dst` (`[rows, …]`) from the host: `fill(rows, bytes)` writes
 /// the host image of a range of its rows into `bytes`. On CUDA the rows are written straight
 /// into pinned staging buffers, a chunk at a time, and each chunk's copy runs while the host
