@@ -20,14 +20,15 @@ enum Norm { NORM_FEW_ROWS, NORM_LEAN, NORM_NONE, NORM_EMPTY, NORM_WIDE };
 // How the attention stage runs: g4's (every kernel, 16 chunks cut from the visible slots, which
 // the position on the device bounds), the chunks cut from all 1,024 buffer rows (stop 42's
 // kernel), left out, one empty kernel in its three kernels' place (what one fused kernel could
-// at best reach), or without one of its kernels.
-enum Attn { ATTN_ALL, ATTN_WHOLE_BUFFER, ATTN_NONE, ATTN_EMPTY, ATTN_NO_ROPE, ATTN_NO_MERGE };
+// at best reach), without one of its kernels, or with the general chunk kernel (128 registers)
+// where g4 takes the lean one for heads of 256 (63).
+enum Attn { ATTN_ALL, ATTN_WHOLE_BUFFER, ATTN_NONE, ATTN_EMPTY, ATTN_NO_ROPE, ATTN_NO_MERGE, ATTN_GENERAL };
 
 int main() {
     Bench bench;
     const int layers = 16, hidden = 5376, heads = 32, kv_heads = 16, d = 256, width = 21504;
     const int qkv_rows = (heads + 2 * kv_heads) * d, attn_cols = heads * d;
-    const int cache_rows = 1024, visible = 64, splits = 16;
+    const int cache_rows = 1024, visible = 64, most_splits = 16;
     const size_t qkv_w = (size_t)qkv_rows * hidden, o_w = (size_t)hidden * attn_cols,
                  gate_up_w = (size_t)2 * width * hidden, down_w = (size_t)hidden * width;
     std::vector<bf*> wq(layers), wo(layers), wgu(layers), wd(layers), kc(layers), vc(layers);
@@ -51,8 +52,8 @@ int main() {
     unsigned* slot = bench.alloc<unsigned>(1);
     const unsigned slot_value = visible - 1;
     CHECK(cudaMemcpy(slot, &slot_value, sizeof(unsigned), cudaMemcpyHostToDevice));
-    float* partial_acc = bench.alloc<float>((size_t)splits * heads * d);
-    float* partial_stats = bench.alloc<float>((size_t)splits * heads * 2);
+    float* partial_acc = bench.alloc<float>((size_t)most_splits * heads * d);
+    float* partial_stats = bench.alloc<float>((size_t)most_splits * heads * 2);
 
     // linear.rs's dense_gemv for one row: q/k/v and gate/up are wide (batch 8, 4-warp blocks);
     // o and down are narrow over a long K (8-warp blocks, batch 4: a lane's share is 4 and 11).
@@ -80,7 +81,7 @@ int main() {
                 return dual(g4_dual_rms_norm_plus_res_wide_bf16, 512);
         }
     };
-    auto step = [&](Norm norm_kind, Attn attn_kind) {
+    auto step = [&](Norm norm_kind, Attn attn_kind, int splits) {
         for (int l = 0; l < layers; ++l) {
             launch_kernel(true, bench.stream, qkv_geo.first, 128, g4_linear_one_row_bf16, (const bf*)normed,
                           (const bf*)wq[l], qkv, 1, qkv_rows, hidden, qkv_geo.second);
@@ -96,7 +97,8 @@ int main() {
                 const bool whole = attn_kind == ATTN_WHOLE_BUFFER;
                 const float* step_mask = whole ? mask : nullptr;
                 const unsigned* last_slot = whole ? nullptr : slot;
-                launch_kernel(true, bench.stream, heads * splits, 128, g4_attention_bf16, (const bf*)q,
+                const auto chunk_kernel = attn_kind == ATTN_GENERAL ? g4_attention_bf16 : g4_attention_vec1_bf16;
+                launch_kernel(true, bench.stream, heads * splits, 128, chunk_kernel, (const bf*)q,
                               (const bf*)kc[l], (const bf*)vc[l], step_mask, last_slot, attn, partial_acc,
                               partial_stats, heads, kv_heads, 1, cache_rows, d, (size_t)cache_rows * d, 0.0625f,
                               splits);
@@ -118,19 +120,24 @@ int main() {
         const char* name;
         Norm norm;
         Attn attn;
+        int splits;
     };
     const Variant variants[] = {
-        {"g4: few-rows norms, chunks cut from the visible slots", NORM_FEW_ROWS, ATTN_ALL},
-        {"stop 42's: lean norms, chunks cut from the whole buffer", NORM_LEAN, ATTN_WHOLE_BUFFER},
-        {"norms: lean", NORM_LEAN, ATTN_ALL},
-        {"norms: _wide (512 threads, weights before the wait)", NORM_WIDE, ATTN_ALL},
-        {"norms: an empty kernel each", NORM_EMPTY, ATTN_ALL},
-        {"norms left out", NORM_NONE, ATTN_ALL},
-        {"attention: chunks cut from the whole buffer", NORM_FEW_ROWS, ATTN_WHOLE_BUFFER},
-        {"attention stage left out (q/k/v -> o)", NORM_FEW_ROWS, ATTN_NONE},
-        {"attention stage: one empty kernel", NORM_FEW_ROWS, ATTN_EMPTY},
-        {"qkv_norm_rope left out", NORM_FEW_ROWS, ATTN_NO_ROPE},
-        {"attention merge left out", NORM_FEW_ROWS, ATTN_NO_MERGE},
+        {"g4: few-rows norms, lean chunk kernel, 16 chunks cut from the visible slots", NORM_FEW_ROWS, ATTN_ALL, 16},
+        {"attention: the general chunk kernel (128 registers)", NORM_FEW_ROWS, ATTN_GENERAL, 16},
+        {"attention: 8 chunks", NORM_FEW_ROWS, ATTN_ALL, 8},
+        {"attention: the general chunk kernel, 8 chunks", NORM_FEW_ROWS, ATTN_GENERAL, 8},
+        {"attention: 4 chunks", NORM_FEW_ROWS, ATTN_ALL, 4},
+        {"stop 42's: lean norms, chunks cut from the whole buffer", NORM_LEAN, ATTN_WHOLE_BUFFER, 16},
+        {"norms: lean", NORM_LEAN, ATTN_ALL, 16},
+        {"norms: _wide (512 threads, weights before the wait)", NORM_WIDE, ATTN_ALL, 16},
+        {"norms: an empty kernel each", NORM_EMPTY, ATTN_ALL, 16},
+        {"norms left out", NORM_NONE, ATTN_ALL, 16},
+        {"attention: chunks cut from the whole buffer", NORM_FEW_ROWS, ATTN_WHOLE_BUFFER, 16},
+        {"attention stage left out (q/k/v -> o)", NORM_FEW_ROWS, ATTN_NONE, 16},
+        {"attention stage: one empty kernel", NORM_FEW_ROWS, ATTN_EMPTY, 16},
+        {"qkv_norm_rope left out", NORM_FEW_ROWS, ATTN_NO_ROPE, 16},
+        {"attention merge left out", NORM_FEW_ROWS, ATTN_NO_MERGE, 16},
     };
     const int count = sizeof(variants) / sizeof(variants[0]), rounds = 5;
     const double bytes = (double)(qkv_w + o_w + gate_up_w + down_w) * 2;
@@ -139,7 +146,7 @@ int main() {
     std::vector<std::vector<double>> us(count);
     for (int round = 0; round < rounds; ++round)
         for (int i = 0; i < count; ++i)
-            us[i].push_back(bench.graph_us(1, [&](int) { step(variants[i].norm, variants[i].attn); }) / layers);
+            us[i].push_back(bench.graph_us(1, [&](int) { step(variants[i].norm, variants[i].attn, variants[i].splits); }) / layers);
     printf(
         "| chain (%d layers of 31B, bf16) | µs a layer (median of %d) | min | max | Δ median | weights GB/s |\n"
         "|---|---:|---:|---:|---:|---:|\n",

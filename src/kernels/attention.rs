@@ -290,9 +290,34 @@ fn native_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) 
     let lanes = warp_lanes(q.device());
     let grid = Grid::of_warps(rows * splits, WARPS_PER_BLOCK, lanes);
     let dtype = q.dtype();
-    launch(&kernel_name("attention", dtype)?, q.device(), grid, &args)?;
+    let kernel = chunk_kernel(&q, &k, &v, lanes);
+    launch(&kernel_name(kernel, dtype)?, q.device(), grid, &args)?;
     merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
     Ok(out)
+}
+
+/// The chunk kernel's entry point. Where every row of q, K and V is one or two whole 16-byte
+/// vectors a lane, on 16-byte boundaries (Gemma-4's heads of 256 and 512 in 16-bit floats), a
+/// lean entry compiled for that path alone: it needs 63 or 80 registers where the general one,
+/// which holds every path, takes 128 — so that its blocks no longer fill the register file and
+/// the merge and the next GEMV can start beside them (programmatic dependent launch).
+fn chunk_kernel(q: &Tensor, k: &Tensor, v: &Tensor, lanes: usize) -> &'static str {
+    let element = q.dtype().size_in_bytes();
+    let head_dim = q.dim(3).unwrap_or(0);
+    let per_load = 16 / element;
+    let aligned = [q, k, v].iter().all(|t| {
+        super::native::vector_aligned(t)
+            && t.stride()[..3]
+                .iter()
+                .all(|s| (s * element).is_multiple_of(16))
+    });
+    match (aligned && head_dim.is_multiple_of(lanes * per_load))
+        .then(|| head_dim / (lanes * per_load))
+    {
+        Some(1) => "attention_vec1",
+        Some(2) => "attention_vec2",
+        _ => "attention",
+    }
 }
 
 /// Keys from which the flash kernel replaces the GEMM path. Measured on the H200 (E4B bf16,

@@ -196,7 +196,10 @@ __device__ __noinline__ void attention_warp(const typename Row::QueryRow* q_row,
     }
 }
 
-template <typename T>
+// VECTORS > 0: the host has checked that q, K and V rows are VECTORS 16-byte vectors a lane, on
+// 16-byte boundaries, so only that path is compiled (the lean entry points below); 0: the rows
+// decide at run time.
+template <typename T, int VECTORS = 0>
 __device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot,
                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
                                 int keys, int d, size_t kv_head_stride, float scale, int splits) {
@@ -223,7 +226,10 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     const bool aligned =
         (((uintptr_t)k_head | (uintptr_t)v_head | (uintptr_t)q_global_row) % 16 == 0) && d % per_load == 0;
     const int vectors = aligned && d % (warp_size * per_load) == 0 ? d / (warp_size * per_load) : 0;
-    if (vectors == 1) {
+    if constexpr (VECTORS > 0) {
+        attention_warp<T, VectorRow<T, VECTORS>>(q_global_row, k_head, v_head, mask_row, first, end, d, scale,
+                                                 warp_max, warp_sum, warp_acc);
+    } else if (vectors == 1) {
         attention_warp<T, VectorRow<T, 1>>(q_global_row, k_head, v_head, mask_row, first, end, d, scale, warp_max,
                                            warp_sum, warp_acc);
     } else if (vectors == 2) {
@@ -402,6 +408,10 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
     }
 }
 
+// The chunk kernel's entries: the general one (every row layout; 128 registers, so four of its
+// 128-thread blocks fill a multiprocessor's register file) and lean ones for rows of one or two
+// 16-byte vectors a lane (63 and 80 registers, sm_90), which leave room for the kernels after
+// them to start early.
 #define G4_ATTENTION(NAME, T)                                                                               \
     extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 2)                                     \
         g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
@@ -410,6 +420,22 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
         G4_KERNEL_START();                                                                                   \
         attention_chunk<T>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
                            keys, d, kv_head_stride, scale, splits);                                          \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 4)                                     \
+        g4_attention_vec1_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
+                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads,       \
+                                 int seq, int keys, int d, size_t kv_head_stride, float scale, int splits) {      \
+        G4_KERNEL_START();                                                                                   \
+        attention_chunk<T, 1>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
+                              keys, d, kv_head_stride, scale, splits);                                       \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 3)                                     \
+        g4_attention_vec2_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
+                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads,       \
+                                 int seq, int keys, int d, size_t kv_head_stride, float scale, int splits) {      \
+        G4_KERNEL_START();                                                                                   \
+        attention_chunk<T, 2>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
+                              keys, d, kv_head_stride, scale, splits);                                       \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
                                                          T* out, int d, int splits) {                        \
