@@ -53,7 +53,7 @@ int main() {
                                                                               stats, heads, kv_heads, 1, keys, d, stride,
                                                                               scale, splits);
                         if (splits > 1)
-                            g4_attention_merge_bf16<<<rows * ((d + 127) / 128), 128, 0, b.stream>>>(acc, stats, o, d, splits);
+                            g4_attention_merge_bf16<<<rows * ((d + 127) / 128), 128, 0, b.stream>>>(acc, stats, o, d, splits, nullptr, keys);
                     };
                 };
                 chunks_of(16, out)(0);

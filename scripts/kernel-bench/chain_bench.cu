@@ -104,7 +104,8 @@ int main() {
                               splits);
                 if (attn_kind != ATTN_NO_MERGE)
                     launch_kernel(true, bench.stream, heads * ((d + 127) / 128), 128, g4_attention_merge_bf16,
-                                  (const float*)partial_acc, (const float*)partial_stats, attn, d, splits);
+                                  (const float*)partial_acc, (const float*)partial_stats, attn, d, splits,
+                                  last_slot, cache_rows);
             }
             launch_kernel(true, bench.stream, o_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)attn,
                           (const bf*)wo[l], o, 1, hidden, attn_cols, o_geo.second);

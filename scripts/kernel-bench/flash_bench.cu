@@ -80,7 +80,7 @@ int main() {
             return [&, splits](int) {
                 // g4's merge geometry (merge_splits in attention.rs): 128-thread blocks along each row.
                 g4_attention_merge_bf16<<<rows * ((d + 127) / 128), G4_ATTN_WARPS * 32, 0, b.stream>>>(acc, stats, out, d,
-                                                                                                    splits);
+                                                                                                    splits, nullptr, 0);
             };
         };
 

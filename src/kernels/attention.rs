@@ -292,7 +292,13 @@ fn native_fwd(q: &Tensor, k: &Tensor, v: &Tensor, visible: Visible, scale: f64) 
     let dtype = q.dtype();
     let kernel = chunk_kernel(&q, &k, &v, lanes);
     launch(&kernel_name(kernel, dtype)?, q.device(), grid, &args)?;
-    merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
+    merge_splits(
+        (&partial_acc, &partial_stats),
+        &out,
+        rows,
+        splits,
+        (last_slot.as_ref(), keys),
+    )?;
     Ok(out)
 }
 
@@ -415,7 +421,13 @@ fn flash_fwd(
         flash_shared_bytes(head_dim, key_tiles),
         &args,
     )?;
-    merge_splits(&partial_acc, &partial_stats, &out, rows, splits)?;
+    merge_splits(
+        (&partial_acc, &partial_stats),
+        &out,
+        rows,
+        splits,
+        (None, 0),
+    )?;
     out.transpose(1, 2)
 }
 
@@ -458,13 +470,14 @@ fn split_partials(
 }
 
 /// Combines split-K's partial rows into `out` (`[rows, head_dim]` underneath, in whichever
-/// order the kernel numbered its rows), for the decode and the flash kernel alike.
+/// order the kernel numbered its rows), for the decode and the flash kernel alike; given the
+/// decode position on the device and the keys, only the chunks the chunk kernel used.
 fn merge_splits(
-    partial_acc: &Option<Tensor>,
-    partial_stats: &Option<Tensor>,
+    (partial_acc, partial_stats): (&Option<Tensor>, &Option<Tensor>),
     out: &Tensor,
     rows: usize,
     splits: usize,
+    (last_slot, keys): (Option<&Tensor>, usize),
 ) -> Result<()> {
     use super::native::{kernel_name, launch, warp_lanes, Arg, Grid};
     let (Some(partial_acc), Some(partial_stats)) = (partial_acc, partial_stats) else {
@@ -477,6 +490,8 @@ fn merge_splits(
         Arg::Tensor(out),
         Arg::I32(head_dim as i32),
         Arg::I32(splits as i32),
+        Arg::OptionalTensor(last_slot),
+        Arg::I32(keys as i32),
     ];
     let lanes = warp_lanes(out.device());
     let threads = WARPS_PER_BLOCK * lanes;

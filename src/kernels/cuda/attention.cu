@@ -19,6 +19,9 @@
 #define G4_ATTN_WARPS 4
 // Chunks a row may be split into: the merge keeps one weight per chunk in shared memory.
 #define G4_ATTN_MAX_SPLITS 1024
+// Fewest keys a chunk takes where the position is on the device: the host sizes the grid for a
+// full cache, and a decode step uses only the chunks its visible keys fill at this many each.
+#define G4_ATTN_MIN_KEYS_PER_CHUNK 4
 // Block size on a 64-lane GPU (the largest); at two such blocks per multiprocessor the chunk
 // kernel fits 128 registers, four of its 128-thread blocks per multiprocessor on NVIDIA GPUs.
 #define G4_ATTN_MAX_THREADS (G4_ATTN_WARPS * 64)
@@ -199,6 +202,16 @@ __device__ __noinline__ void attention_warp(const typename Row::QueryRow* q_row,
 // VECTORS > 0: the host has checked that q, K and V rows are VECTORS 16-byte vectors a lane, on
 // 16-byte boundaries, so only that path is compiled (the lean entry points below); 0: the rows
 // decide at run time.
+// The chunks a row's keys are cut into: all `splits` (the grid's, sized for a full cache), or
+// with the position on the device only as many as its visible keys fill at
+// G4_ATTN_MIN_KEYS_PER_CHUNK each — so that a short context's few keys are not spread one or two
+// to a block. The merge derives the same count.
+__device__ __forceinline__ int used_splits(const unsigned* last_slot, int keys, int splits) {
+    if (!last_slot) return splits;
+    const int seen = (int)min((unsigned)keys, *last_slot + 1u);
+    return max(1, min(splits, (seen + G4_ATTN_MIN_KEYS_PER_CHUNK - 1) / G4_ATTN_MIN_KEYS_PER_CHUNK));
+}
+
 template <typename T, int VECTORS = 0>
 __device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot,
                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
@@ -211,7 +224,9 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
     const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
     const int seen = last_slot ? (int)min((unsigned)keys, *last_slot + 1u) : keys;
-    const int chunk = (seen + splits - 1) / splits;
+    const int used = used_splits(last_slot, keys, splits);
+    if (split >= used) return;  // the whole block: the merge reads only the used chunks
+    const int chunk = (seen + used - 1) / used;
     const int first = split * chunk, end = min(seen, first + chunk);
     const float* mask_row = mask ? mask + (size_t)s * keys : nullptr;
 
@@ -279,18 +294,21 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
 // step still fill the GPU when their chunks are many. The block finds the row's maximum and each
 // chunk's weight once, in shared memory; each thread then sums its output over the chunks in
 // chunk order with loads that do not wait on one another (each thread re-deriving the weights
-// chunk by chunk made the merge walk its chunks latency-bound).
+// chunk by chunk made the merge walk its chunks latency-bound). Given the decode position
+// (`last_slot`), it reads only the chunks the chunk kernel used (`used_splits`).
 template <typename T>
-__device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits) {
+__device__ void attention_merge(const float* partial_acc, const float* partial_stats, T* out, int d, int splits,
+                                const unsigned* last_slot, int keys) {
     __shared__ float weights[G4_ATTN_MAX_SPLITS];
     const int blocks_per_row = (d + blockDim.x - 1) / blockDim.x;
     const int row = blockIdx.x / blocks_per_row;
     const int j = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
     const float* stats = partial_stats + (size_t)row * splits * 2;
+    const int used = used_splits(last_slot, keys, splits);
     float row_max = -INFINITY;
-    for (int c = threadIdx.x; c < splits; c += blockDim.x) row_max = fmaxf(row_max, stats[c * 2]);
+    for (int c = threadIdx.x; c < used; c += blockDim.x) row_max = fmaxf(row_max, stats[c * 2]);
     row_max = g4_block_max(row_max);
-    for (int c = threadIdx.x; c < splits; c += blockDim.x) {
+    for (int c = threadIdx.x; c < used; c += blockDim.x) {
         weights[c] = stats[c * 2] == -INFINITY ? 0.0f : expf(stats[c * 2] - row_max);
     }
     __syncthreads();
@@ -298,7 +316,7 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
     const float* acc = partial_acc + (size_t)row * splits * d + j;
     float total = 0.0f, o = 0.0f;
 #pragma unroll 8
-    for (int c = 0; c < splits; ++c) {
+    for (int c = 0; c < used; ++c) {
         total += stats[c * 2 + 1] * weights[c];
         o += acc[(size_t)c * d] * weights[c];
     }
@@ -438,9 +456,10 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
                               keys, d, kv_head_stride, scale, splits);                                       \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
-                                                         T* out, int d, int splits) {                        \
+                                                         T* out, int d, int splits, const unsigned* last_slot, \
+                                                         int keys) {                                         \
         G4_KERNEL_START();                                                                                   \
-        attention_merge<T>(partial_acc, partial_stats, out, d, splits);                                      \
+        attention_merge<T>(partial_acc, partial_stats, out, d, splits, last_slot, keys);                     \
     }                                                                                                        \
     extern "C" __global__ void g4_attention_softmax_##NAME(const T* scores, const float* mask, T* probs,     \
                                                            int rows, int seq, int keys, float scale) {       \
