@@ -176,7 +176,10 @@ const CUDA_KERNEL_MAX_QUERIES: usize = 16;
 const NATIVE_MAX_HEAD_DIM: usize = 512;
 
 /// Keys per chunk of the split-K kernel, and the blocks to aim for: a decode step has only one
-/// query row per head, so its keys are what spreads the work over the GPU's SMs.
+/// query row per head, so its keys are what spreads the work over the GPU's SMs. The grid is
+/// sized for every key of the buffer; a step whose position is on the device uses only the
+/// chunks its visible keys fill at `G4_ATTN_MIN_KEYS_PER_CHUNK` (4) each, and the merge reads
+/// only those (a graph step is captured once for a buffer that mostly holds fewer keys).
 const KEYS_PER_CHUNK: usize = 16;
 /// Warps per block of both kernels (`G4_ATTN_WARPS`: the chunk kernel strides its keys and
 /// merges its warps by this count, so a block must hold exactly this many on any warp width).
@@ -653,12 +656,12 @@ fn composed_seeing(c: &Case, visible: Visible, scale: f64) -> Result<Vec<Tensor>
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
         shapes: "up to 16 queries, head_dim up to 512",
-        path: "native: split-K over the keys with an online softmax, K/V read in place (16 bytes a lane at once where aligned rows are whole vectors: head_dim 256 and 512)",
+        path: "native: split-K over the keys with an online softmax, K/V read in place (16 bytes a lane at once where aligned rows are whole vectors: head_dim 256 and 512, by a lean kernel built for them)",
         case: "q[8×1×512] kv[2×256] at position 69",
     },
     ShapePath {
         shapes: "up to 16 queries, head_dim up to 512, the last visible slot on the device (graph decode)",
-        path: "native: the same split-K, its chunks cut from the slots up to the last visible one",
+        path: "native: the same split-K, its chunks cut from the slots up to the last visible one, only as many as those slots fill at 4 keys each",
         case: "q[16×1×256] kv[8×1024] at position 40 no mask last slot on the device",
     },
     ShapePath {
@@ -715,6 +718,10 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (16, 8, 1, 1024, 256, None, Some(40), false, true),
         (4, 1, 1, 300, 256, None, Some(1000), false, true),
         (8, 2, 1, 300, 256, Some(64), None, true, true),
+        // A position early in a long buffer: the native kernel uses only the chunks its few
+        // visible keys fill (here 3 of 32, and 1 of 32), and the merge reads only those.
+        (8, 2, 1, 512, 512, None, Some(9), false, true),
+        (8, 2, 1, 512, 256, None, Some(2), false, true),
         // A short query block sees the slots up to its last query, each query alike; longer
         // blocks take the mask that the last slot makes (the GEMM path's).
         (4, 2, 3, 40, 256, None, Some(20), false, true),
