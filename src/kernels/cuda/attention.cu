@@ -430,31 +430,20 @@ __device__ void attention_softmax(const T* scores, const float* mask, T* probs, 
 // 128-thread blocks fill a multiprocessor's register file) and lean ones for rows of one or two
 // 16-byte vectors a lane (63 and 80 registers, sm_90), which leave room for the kernels after
 // them to start early.
+#define G4_ATTENTION_CHUNK(ENTRY, T, VECTORS, MIN_BLOCKS)                                                     \
+    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, MIN_BLOCKS)                             \
+        ENTRY(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, T* out,       \
+              float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq, int keys, int d,    \
+              size_t kv_head_stride, float scale, int splits) {                                               \
+        G4_KERNEL_START();                                                                                     \
+        attention_chunk<T, VECTORS>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, \
+                                    seq, keys, d, kv_head_stride, scale, splits);                              \
+    }
+
 #define G4_ATTENTION(NAME, T)                                                                               \
-    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 2)                                     \
-        g4_attention_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
-                            T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq, \
-                            int keys, int d, size_t kv_head_stride, float scale, int splits) {              \
-        G4_KERNEL_START();                                                                                   \
-        attention_chunk<T>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
-                           keys, d, kv_head_stride, scale, splits);                                          \
-    }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 4)                                     \
-        g4_attention_vec1_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
-                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads,       \
-                                 int seq, int keys, int d, size_t kv_head_stride, float scale, int splits) {      \
-        G4_KERNEL_START();                                                                                   \
-        attention_chunk<T, 1>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
-                              keys, d, kv_head_stride, scale, splits);                                       \
-    }                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(G4_ATTN_MAX_THREADS, 3)                                     \
-        g4_attention_vec2_##NAME(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot, \
-                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads,       \
-                                 int seq, int keys, int d, size_t kv_head_stride, float scale, int splits) {      \
-        G4_KERNEL_START();                                                                                   \
-        attention_chunk<T, 2>(q, k, v, mask, last_slot, out, partial_acc, partial_stats, heads, kv_heads, seq, \
-                              keys, d, kv_head_stride, scale, splits);                                       \
-    }                                                                                                        \
+    G4_ATTENTION_CHUNK(g4_attention_##NAME, T, 0, 2)                                                         \
+    G4_ATTENTION_CHUNK(g4_attention_vec1_##NAME, T, 1, 4)                                                    \
+    G4_ATTENTION_CHUNK(g4_attention_vec2_##NAME, T, 2, 3)                                                    \
     extern "C" __global__ void g4_attention_merge_##NAME(const float* partial_acc, const float* partial_stats, \
                                                          T* out, int d, int splits, const unsigned* last_slot, \
                                                          int keys) {                                         \
