@@ -199,19 +199,23 @@ __device__ __noinline__ void attention_warp(const typename Row::QueryRow* q_row,
     }
 }
 
-// VECTORS > 0: the host has checked that q, K and V rows are VECTORS 16-byte vectors a lane, on
-// 16-byte boundaries, so only that path is compiled (the lean entry points below); 0: the rows
-// decide at run time.
+// The keys a row may see: all of them, or with the position on the device the slots up to it.
+__device__ __forceinline__ int seen_keys(const unsigned* last_slot, int keys) {
+    return last_slot ? (int)min((unsigned)keys, *last_slot + 1u) : keys;
+}
+
 // The chunks a row's keys are cut into: all `splits` (the grid's, sized for a full cache), or
-// with the position on the device only as many as its visible keys fill at
+// with the position on the device only as many as its `seen` keys fill at
 // G4_ATTN_MIN_KEYS_PER_CHUNK each — so that a short context's few keys are not spread one or two
 // to a block. The merge derives the same count.
-__device__ __forceinline__ int used_splits(const unsigned* last_slot, int keys, int splits) {
+__device__ __forceinline__ int used_splits(const unsigned* last_slot, int seen, int splits) {
     if (!last_slot) return splits;
-    const int seen = (int)min((unsigned)keys, *last_slot + 1u);
     return max(1, min(splits, (seen + G4_ATTN_MIN_KEYS_PER_CHUNK - 1) / G4_ATTN_MIN_KEYS_PER_CHUNK));
 }
 
+// VECTORS > 0: the host has checked that q, K and V rows are VECTORS 16-byte vectors a lane, on
+// 16-byte boundaries, so only that path is compiled (the lean entry points below); 0: the rows
+// decide at run time.
 template <typename T, int VECTORS = 0>
 __device__ void attention_chunk(const T* q, const T* k, const T* v, const float* mask, const unsigned* last_slot,
                                 T* out, float* partial_acc, float* partial_stats, int heads, int kv_heads, int seq,
@@ -223,8 +227,8 @@ __device__ void attention_chunk(const T* q, const T* k, const T* v, const float*
     const int kvh = h / (heads / kv_heads);
     const T* k_head = k + ((size_t)b * kv_heads + kvh) * kv_head_stride;
     const T* v_head = v + ((size_t)b * kv_heads + kvh) * kv_head_stride;
-    const int seen = last_slot ? (int)min((unsigned)keys, *last_slot + 1u) : keys;
-    const int used = used_splits(last_slot, keys, splits);
+    const int seen = seen_keys(last_slot, keys);
+    const int used = used_splits(last_slot, seen, splits);
     if (split >= used) return;  // the whole block: the merge reads only the used chunks
     const int chunk = (seen + used - 1) / used;
     const int first = split * chunk, end = min(seen, first + chunk);
@@ -304,7 +308,7 @@ __device__ void attention_merge(const float* partial_acc, const float* partial_s
     const int row = blockIdx.x / blocks_per_row;
     const int j = (blockIdx.x % blocks_per_row) * blockDim.x + threadIdx.x;
     const float* stats = partial_stats + (size_t)row * splits * 2;
-    const int used = used_splits(last_slot, keys, splits);
+    const int used = used_splits(last_slot, seen_keys(last_slot, keys), splits);
     float row_max = -INFINITY;
     for (int c = threadIdx.x; c < used; c += blockDim.x) row_max = fmaxf(row_max, stats[c * 2]);
     row_max = g4_block_max(row_max);
