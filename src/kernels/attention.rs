@@ -178,7 +178,7 @@ const NATIVE_MAX_HEAD_DIM: usize = 512;
 /// Keys per chunk of the split-K kernel, and the blocks to aim for: a decode step has only one
 /// query row per head, so its keys are what spreads the work over the GPU's SMs. The grid is
 /// sized for every key of the buffer; a step whose position is on the device uses only the
-/// chunks its visible keys fill at `G4_ATTN_MIN_KEYS_PER_CHUNK` (4) each, and the merge reads
+/// chunks its visible keys fill at `G4_ATTN_MIN_KEYS_PER_CHUNK` (8) each, and the merge reads
 /// only those (a graph step is captured once for a buffer that mostly holds fewer keys).
 const KEYS_PER_CHUNK: usize = 16;
 /// Warps per block of both kernels (`G4_ATTN_WARPS`: the chunk kernel strides its keys and
@@ -661,7 +661,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "up to 16 queries, head_dim up to 512, the last visible slot on the device (graph decode)",
-        path: "native: the same split-K, its chunks cut from the slots up to the last visible one, only as many as those slots fill at 4 keys each",
+        path: "native: the same split-K, its chunks cut from the slots up to the last visible one, only as many as those slots fill at 8 keys each",
         case: "q[16×1×256] kv[8×1024] at position 40 no mask last slot on the device",
     },
     ShapePath {
@@ -719,7 +719,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (4, 1, 1, 300, 256, None, Some(1000), false, true),
         (8, 2, 1, 300, 256, Some(64), None, true, true),
         // A position early in a long buffer: the native kernel uses only the chunks its few
-        // visible keys fill (here 3 of 32, and 1 of 32), and the merge reads only those.
+        // visible keys fill (here 2 of 32, and 1 of 32), and the merge reads only those.
         (8, 2, 1, 512, 512, None, Some(9), false, true),
         (8, 2, 1, 512, 256, None, Some(2), false, true),
         // A short query block sees the slots up to its last query, each query alike; longer

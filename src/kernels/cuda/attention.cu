@@ -21,7 +21,7 @@
 #define G4_ATTN_MAX_SPLITS 1024
 // Fewest keys a chunk takes where the position is on the device: the host sizes the grid for a
 // full cache, and a decode step uses only the chunks its visible keys fill at this many each.
-#define G4_ATTN_MIN_KEYS_PER_CHUNK 4
+#define G4_ATTN_MIN_KEYS_PER_CHUNK 8
 // Block size on a 64-lane GPU (the largest); at two such blocks per multiprocessor the chunk
 // kernel fits 128 registers, four of its 128-thread blocks per multiprocessor on NVIDIA GPUs.
 #define G4_ATTN_MAX_THREADS (G4_ATTN_WARPS * 64)
