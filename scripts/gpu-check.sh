@@ -285,6 +285,8 @@ if [[ " $STEPS " == *" kernel-bench "* ]]; then
     echo "== target/kernel-bench/${bench}_bench"
     "target/kernel-bench/${bench}_bench" | tee "$OUT/kernel-bench-$bench.txt"
   done
+  echo "== target/kernel-bench/chain_bench e4b"
+  target/kernel-bench/chain_bench e4b | tee "$OUT/kernel-bench-chain-e4b.txt"
 fi
 if [[ " $STEPS " == *" ab "* ]]; then
   # Sides: base (G4_BASE), new (G4), and with G4_AB_ENV="NAME=VALUE" also "new+env" (G4 under

@@ -14,7 +14,8 @@
 # tensor-core candidate, fp8_gemv_candidates.cuh, and stop 49's streaming one, and prefill's
 # dequantisation beside a plain read; glue_bench: 31B's prefill
 # glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;
-# chain_bench: 31B's decode layers as one graph of g4's kernels, each stage changed in turn) into
+# chain_bench: 31B's (or, `chain_bench e4b`, E4B's) decode layers as one graph of g4's kernels,
+# each stage changed in turn) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail

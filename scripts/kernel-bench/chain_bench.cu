@@ -1,10 +1,12 @@
-// 31B's decode step as the GPU meets it: a chain of layers (sliding-layer shapes, bf16, one token,
-// 1,024 cache rows of which 64 are visible), each g4's kernels in g4's order with g4's launch
-// geometry and programmatic dependent launch — q/k/v GEMV, qkv_norm_rope, attention and its merge,
-// o GEMV, dual_rms_norm_plus_res, gate/up GEMV with its GeGLU, down GEMV, dual_rms_norm_plus_res —
-// in one CUDA graph, on distinct weights per layer (far beyond L2). Then the same chain with one
-// stage changed (left out, an empty kernel in its place, another kernel), to measure what each
-// stage adds to a step where it sits, which a kernel timed alone does not show.
+// A decode step as the GPU meets it: a chain of layers (31B's sliding-layer shapes, or E4B's with
+// `chain_bench e4b`; bf16, one token, 1,024 cache rows of which 64 are visible), each g4's kernels
+// in g4's order with g4's launch geometry and programmatic dependent launch — q/k/v GEMV,
+// qkv_norm_rope, attention and its merge, o GEMV, dual_rms_norm_plus_res, gate/up GEMV with its
+// GeGLU, down GEMV, then (E4B) rms_norm_plus_add and the per-layer input's gate and projection
+// GEMVs, and dual_rms_norm_plus_res — in one CUDA graph, on distinct weights per layer (far
+// beyond L2). Then the same chain with one stage changed (left out, an empty kernel in its place,
+// another kernel), to measure what each stage adds to a step where it sits, which a kernel timed
+// alone does not show.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/linear.cu"
 #include "../../src/kernels/cuda/linear_gelu_mul.cu"
@@ -16,32 +18,78 @@ __global__ void empty_stage() {
     G4_KERNEL_START();
 }
 
-enum Norm { NORM_FEW_ROWS, NORM_LEAN, NORM_NONE, NORM_EMPTY, NORM_WIDE };
-// How the attention stage runs: g4's (every kernel, 16 chunks cut from the visible slots, which
-// the position on the device bounds), the chunks cut from all 1,024 buffer rows (stop 42's
-// kernel), left out, one empty kernel in its three kernels' place (what one fused kernel could
+// How the norms run: the kernel g4 picks for the model's width, left out, or an empty kernel each.
+enum Norm { NORM_G4, NORM_NONE, NORM_EMPTY };
+// The per-layer input stage (E4B): g4's three kernels, left out, or one empty kernel.
+enum Ple { PLE_ALL, PLE_NONE, PLE_EMPTY };
+// How the attention stage runs: g4's (every kernel, 512 blocks' chunks cut from the visible
+// slots, which the position on the device bounds), the chunks cut from all 1,024 buffer rows
+// (stop 42's kernel), left out, one empty kernel in its three kernels' place (what one fused kernel could
 // at best reach), without one of its kernels, or with the general chunk kernel (128 registers)
 // where g4 takes the lean one for heads of 256 (63).
-enum Attn { ATTN_ALL, ATTN_WHOLE_BUFFER, ATTN_NONE, ATTN_EMPTY, ATTN_NO_ROPE, ATTN_NO_MERGE, ATTN_GENERAL };
+enum Attn {
+    ATTN_ALL,
+    ATTN_WHOLE_BUFFER,
+    ATTN_NONE,
+    ATTN_EMPTY,
+    ATTN_NO_ROPE,
+    ATTN_NO_MERGE,
+    ATTN_GENERAL
+};
 
-int main() {
+// A model's sliding decoder layer as the chain runs it.
+struct Model {
+    const char* name;
+    int hidden, heads, kv_heads, d, width;
+    int ple;  // the per-layer input's width (E4B), 0 where there is none
+};
+
+// One row through linear.rs's dense_gemv: its entry (plain, narrow, long K), W loads a lane and
+// warps a block, then gemv_geometry's blocks and warps per column.
+struct GemvLaunch {
+    int entry;  // 0 _one_row, 1 _one_row_narrow, 2 _one_row_long
+    int loads, warps_per_block, blocks, wpc;
+};
+static GemvLaunch dense_gemv(int n, int k) {
+    const int vectors = k / 8, share = (vectors + 8 * 32 - 1) / (8 * 32);
+    const bool narrow = n <= 5376, long_k = vectors >= 8 * 32 * 4, one_long_batch = share >= 5 && share <= 6;
+    GemvLaunch g = !narrow                    ? GemvLaunch{0, 8, 4}
+                   : long_k && one_long_batch ? GemvLaunch{2, 6, 8}
+                   : long_k                   ? GemvLaunch{1, 4, 8}
+                                              : GemvLaunch{1, 4, 4};
+    const auto geo = gemv_geometry(n, vectors, g.loads, g.warps_per_block);
+    g.blocks = geo.first, g.wpc = geo.second;
+    return g;
+}
+
+int main(int argc, char** argv) {
     Bench bench;
-    const int layers = 16, hidden = 5376, heads = 32, kv_heads = 16, d = 256, width = 21504;
+    const bool e4b = argc > 1 && !strcmp(argv[1], "e4b");
+    const Model model = e4b ? Model{"E4B", 2560, 8, 2, 256, 10240, 256} : Model{"31B", 5376, 32, 16, 256, 21504, 0};
+    const int layers = 16, hidden = model.hidden, heads = model.heads, kv_heads = model.kv_heads, d = model.d,
+              width = model.width, ple = model.ple;
     const int qkv_rows = (heads + 2 * kv_heads) * d, attn_cols = heads * d;
-    const int cache_rows = 1024, visible = 64, most_splits = 16;
+    // attention.rs: a step's grid holds 512 blocks' chunks (16 a row for 31B, 64 for E4B).
+    const int cache_rows = 1024, visible = 64, most_splits = 512 / heads;
     const size_t qkv_w = (size_t)qkv_rows * hidden, o_w = (size_t)hidden * attn_cols,
-                 gate_up_w = (size_t)2 * width * hidden, down_w = (size_t)hidden * width;
-    std::vector<bf*> wq(layers), wo(layers), wgu(layers), wd(layers), kc(layers), vc(layers);
+                 gate_up_w = (size_t)2 * width * hidden, down_w = (size_t)hidden * width,
+                 ple_w = (size_t)ple * hidden;
+    std::vector<bf*> wq(layers), wo(layers), wgu(layers), wd(layers), kc(layers), vc(layers), wpg(layers),
+        wpp(layers);
     for (int l = 0; l < layers; ++l) {
         wq[l] = bench.filled(qkv_w), wo[l] = bench.filled(o_w), wgu[l] = bench.filled(gate_up_w);
         wd[l] = bench.filled(down_w);
         kc[l] = bench.filled((size_t)kv_heads * cache_rows * d),
         vc[l] = bench.filled((size_t)kv_heads * cache_rows * d);
+        if (ple) wpg[l] = bench.filled(ple_w), wpp[l] = bench.filled(ple_w);
     }
     bf *x = bench.filled(hidden), *normed = bench.filled(hidden), *qkv = bench.filled(qkv_rows);
     bf* q = bench.filled(attn_cols);
     bf *attn = bench.filled(attn_cols), *o = bench.filled(hidden), *res = bench.filled(hidden);
     bf *act = bench.filled(width), *down = bench.filled(hidden), *norm_w = bench.filled(hidden);
+    bf* after_mlp = bench.filled(hidden);
+    bf *ple_in = bench.filled(std::max(ple, 1)), *ple_act = bench.filled(std::max(ple, 1)),
+       *ple_out = bench.filled(hidden);
     bf* head_norm_w = bench.filled(d);
     float* table = bench.alloc<float>(d);
     CHECK(cudaMemset(table, 0, d * sizeof(float)));
@@ -55,17 +103,36 @@ int main() {
     float* partial_acc = bench.alloc<float>((size_t)most_splits * heads * d);
     float* partial_stats = bench.alloc<float>((size_t)most_splits * heads * 2);
 
-    // linear.rs's dense_gemv for one row: q/k/v and gate/up are wide (batch 8, 4-warp blocks);
-    // o and down are narrow over a long K (8-warp blocks, batch 4: a lane's share is 4 and 11).
-    const auto qkv_geo = gemv_geometry(qkv_rows, hidden / 8, 8, 4);
-    const auto o_geo = gemv_geometry(hidden, attn_cols / 8, 4, 8);
-    const auto down_geo = gemv_geometry(hidden, width / 8, 4, 8);
-    const int gu_wpc = gemv_geometry(2 * width, hidden / 8, 8, 4).second;
-    const int gu_blocks = width / (std::max(4, 2 * gu_wpc) / (2 * gu_wpc));
+    // linear.rs's and linear_gelu_mul.rs's launches for one row.
+    const GemvLaunch qkv_geo = dense_gemv(qkv_rows, hidden), o_geo = dense_gemv(hidden, attn_cols),
+                     down_geo = dense_gemv(hidden, width), gu_geo = dense_gemv(2 * width, hidden),
+                     pg_geo = dense_gemv(std::max(ple, 1), hidden), pp_geo = dense_gemv(hidden, std::max(ple, 8));
+    auto linear = [&](const GemvLaunch& g, const bf* in, const bf* w, bf* out, int n, int k) {
+        const auto kernel = g.entry == 0   ? g4_linear_one_row_bf16
+                            : g.entry == 1 ? g4_linear_one_row_narrow_bf16
+                                           : g4_linear_one_row_long_bf16;
+        launch_kernel(true, bench.stream, g.blocks, 32 * g.warps_per_block, kernel, in, w, out, 1, n, k, g.wpc);
+    };
+    // pairs_geometry: an output's warps are its gate's and, packed, its up's.
+    auto gelu_mul_grid = [&](const GemvLaunch& g, int outs, bool packed) {
+        const int per_out = g.wpc * (packed ? 2 : 1), warps = std::max(g.warps_per_block, per_out);
+        return std::make_pair((outs + warps / per_out - 1) / (warps / per_out), 32 * warps);
+    };
+    auto gelu_mul = [&](const GemvLaunch& g, const bf* in, const bf* w, const bf* up, bf* out, int outs, int k) {
+        const auto kernel = g.entry == 0   ? g4_linear_gelu_mul_one_row_bf16
+                            : g.entry == 1 ? g4_linear_gelu_mul_one_row_narrow_bf16
+                                           : g4_linear_gelu_mul_one_row_long_bf16;
+        const auto grid = gelu_mul_grid(g, outs, up == nullptr);
+        launch_kernel(true, bench.stream, grid.first, grid.second, kernel, in, w, up, out, 1, outs, k, g.wpc);
+    };
+    const auto gu_grid = gelu_mul_grid(gu_geo, width, true);
 
-    auto norm = [&](Norm kind, const bf* branch, bf* out_res, bf* out_y) {
+    // native/mod.rs's row launch for the model's width: rows up to 4,096 wide in one block of
+    // 8 values a thread (a power of two), 31B's 5,376 in `_few_rows`.
+    const int plain_threads = std::min(512, 1 << (int)ceil(log2((hidden + 7) / 8)));
+    auto norm = [&](Norm kind, const bf* residual, const bf* branch, bf* out_res, bf* out_y) {
         auto dual = [&](auto kernel, int threads) {
-            launch_kernel(true, bench.stream, 1, threads, kernel, (const bf*)res, branch, (const bf*)norm_w,
+            launch_kernel(true, bench.stream, 1, threads, kernel, residual, branch, (const bf*)norm_w,
                           (const bf*)norm_w, out_res, out_y, hidden, 1.0f, 1e-6f);
         };
         switch (kind) {
@@ -73,48 +140,58 @@ int main() {
                 return;
             case NORM_EMPTY:
                 return launch_kernel(true, bench.stream, 1, 352, empty_stage);
-            case NORM_FEW_ROWS:
+            case NORM_G4:
+                if (hidden <= 4096) return dual(g4_dual_rms_norm_plus_res_bf16, plain_threads);
                 return dual(g4_dual_rms_norm_plus_res_few_rows_bf16, hidden / 8);
-            case NORM_LEAN:
-                return dual(g4_dual_rms_norm_plus_res_wide_lean_bf16, 352);
-            case NORM_WIDE:
-                return dual(g4_dual_rms_norm_plus_res_wide_bf16, 512);
         }
     };
-    auto step = [&](Norm norm_kind, Attn attn_kind, int splits) {
+    // Layer l's attention stage, from its q/k/v projection's output to attention's.
+    auto attend = [&](Attn attn_kind, int l, int splits) {
+        if (attn_kind == ATTN_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
+        if (attn_kind != ATTN_NONE && attn_kind != ATTN_EMPTY && attn_kind != ATTN_NO_ROPE)
+            launch_kernel(true, bench.stream, (heads + 2 * kv_heads + 7) / 8, 256, g4_qkv_norm_rope_bf16,
+                          (const bf*)qkv, (const bf*)head_norm_w, (const bf*)head_norm_w, (const float*)table,
+                          (const float*)table, q, kc[l], vc[l], (const unsigned*)slot, 0, cache_rows, 1, heads,
+                          kv_heads, d, 1, 1e-6f);
+        if (attn_kind != ATTN_NONE && attn_kind != ATTN_EMPTY) {
+            // A graph step gives its position as the last visible slot and no mask; stop 42's gave
+            // the mask.
+            const bool whole = attn_kind == ATTN_WHOLE_BUFFER;
+            const float* step_mask = whole ? mask : nullptr;
+            const unsigned* last_slot = whole ? nullptr : slot;
+            const auto chunk_kernel = attn_kind == ATTN_GENERAL ? g4_attention_bf16 : g4_attention_vec1_bf16;
+            launch_kernel(true, bench.stream, heads * splits, 128, chunk_kernel, (const bf*)q,
+                          (const bf*)kc[l], (const bf*)vc[l], step_mask, last_slot, attn, partial_acc,
+                          partial_stats, heads, kv_heads, 1, cache_rows, d, (size_t)cache_rows * d, 0.0625f,
+                          splits);
+            if (attn_kind != ATTN_NO_MERGE)
+                launch_kernel(true, bench.stream, heads * ((d + 127) / 128), 128, g4_attention_merge_bf16,
+                              (const float*)partial_acc, (const float*)partial_stats, attn, d, splits,
+                              last_slot, cache_rows);
+        }
+    };
+    // The layer's end: after the MLP's down projection, (E4B) the per-layer input's stage, then the
+    // dual norm that feeds the next layer's q/k/v GEMV.
+    auto layer_end = [&](Norm norm_kind, Ple ple_kind, int l) {
+        if (!ple) return norm(norm_kind, res, down, x, normed);
+        if (ple_kind == PLE_ALL) {
+            launch_kernel(true, bench.stream, 1, plain_threads, g4_rms_norm_plus_add_bf16, (const bf*)res,
+                          (const bf*)down, (const bf*)norm_w, after_mlp, hidden, 1e-6f);
+            gelu_mul(pg_geo, after_mlp, wpg[l], ple_in, ple_act, ple, hidden);
+            linear(pp_geo, ple_act, wpp[l], ple_out, hidden, ple);
+        }
+        if (ple_kind == PLE_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
+        norm(norm_kind, after_mlp, ple_out, x, normed);
+    };
+    auto step = [&](Norm norm_kind, Attn attn_kind, int splits, Ple ple_kind) {
         for (int l = 0; l < layers; ++l) {
-            launch_kernel(true, bench.stream, qkv_geo.first, 128, g4_linear_one_row_bf16, (const bf*)normed,
-                          (const bf*)wq[l], qkv, 1, qkv_rows, hidden, qkv_geo.second);
-            if (attn_kind == ATTN_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
-            if (attn_kind != ATTN_NONE && attn_kind != ATTN_EMPTY && attn_kind != ATTN_NO_ROPE)
-                launch_kernel(true, bench.stream, (heads + 2 * kv_heads + 7) / 8, 256, g4_qkv_norm_rope_bf16,
-                              (const bf*)qkv, (const bf*)head_norm_w, (const bf*)head_norm_w, (const float*)table,
-                              (const float*)table, q, kc[l], vc[l], (const unsigned*)slot, 0, cache_rows, 1, heads,
-                              kv_heads, d, 1, 1e-6f);
-            if (attn_kind != ATTN_NONE && attn_kind != ATTN_EMPTY) {
-                // A graph step gives its position as the last visible slot and no mask; stop 42's gave
-                // the mask.
-                const bool whole = attn_kind == ATTN_WHOLE_BUFFER;
-                const float* step_mask = whole ? mask : nullptr;
-                const unsigned* last_slot = whole ? nullptr : slot;
-                const auto chunk_kernel = attn_kind == ATTN_GENERAL ? g4_attention_bf16 : g4_attention_vec1_bf16;
-                launch_kernel(true, bench.stream, heads * splits, 128, chunk_kernel, (const bf*)q,
-                              (const bf*)kc[l], (const bf*)vc[l], step_mask, last_slot, attn, partial_acc,
-                              partial_stats, heads, kv_heads, 1, cache_rows, d, (size_t)cache_rows * d, 0.0625f,
-                              splits);
-                if (attn_kind != ATTN_NO_MERGE)
-                    launch_kernel(true, bench.stream, heads * ((d + 127) / 128), 128, g4_attention_merge_bf16,
-                                  (const float*)partial_acc, (const float*)partial_stats, attn, d, splits,
-                                  last_slot, cache_rows);
-            }
-            launch_kernel(true, bench.stream, o_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)attn,
-                          (const bf*)wo[l], o, 1, hidden, attn_cols, o_geo.second);
-            norm(norm_kind, o, res, normed);
-            launch_kernel(true, bench.stream, gu_blocks, 256, g4_linear_gelu_mul_one_row_bf16, (const bf*)normed,
-                          (const bf*)wgu[l], (const bf*)nullptr, act, 1, width, hidden, gu_wpc);
-            launch_kernel(true, bench.stream, down_geo.first, 256, g4_linear_one_row_narrow_bf16, (const bf*)act,
-                          (const bf*)wd[l], down, 1, hidden, width, down_geo.second);
-            norm(norm_kind, down, x, normed);
+            linear(qkv_geo, normed, wq[l], qkv, qkv_rows, hidden);
+            attend(attn_kind, l, splits);
+            linear(o_geo, attn, wo[l], o, hidden, attn_cols);
+            norm(norm_kind, res, o, res, normed);
+            gelu_mul(gu_geo, normed, wgu[l], nullptr, act, width, hidden);
+            linear(down_geo, act, wd[l], down, hidden, width);
+            layer_end(norm_kind, ple_kind, l);
         }
     };
     struct Variant {
@@ -122,36 +199,41 @@ int main() {
         Norm norm;
         Attn attn;
         int splits;
+        Ple ple;
     };
-    const Variant variants[] = {
-        {"g4: few-rows norms, lean chunk kernel, 16 chunks cut from the visible slots", NORM_FEW_ROWS, ATTN_ALL, 16},
-        {"attention: the general chunk kernel (128 registers)", NORM_FEW_ROWS, ATTN_GENERAL, 16},
-        {"attention: 8 chunks", NORM_FEW_ROWS, ATTN_ALL, 8},
-        {"attention: the general chunk kernel, 8 chunks", NORM_FEW_ROWS, ATTN_GENERAL, 8},
-        {"attention: 4 chunks", NORM_FEW_ROWS, ATTN_ALL, 4},
-        {"stop 42's: lean norms, chunks cut from the whole buffer", NORM_LEAN, ATTN_WHOLE_BUFFER, 16},
-        {"norms: lean", NORM_LEAN, ATTN_ALL, 16},
-        {"norms: _wide (512 threads, weights before the wait)", NORM_WIDE, ATTN_ALL, 16},
-        {"norms: an empty kernel each", NORM_EMPTY, ATTN_ALL, 16},
-        {"norms left out", NORM_NONE, ATTN_ALL, 16},
-        {"attention: chunks cut from the whole buffer", NORM_FEW_ROWS, ATTN_WHOLE_BUFFER, 16},
-        {"attention stage left out (q/k/v -> o)", NORM_FEW_ROWS, ATTN_NONE, 16},
-        {"attention stage: one empty kernel", NORM_FEW_ROWS, ATTN_EMPTY, 16},
-        {"qkv_norm_rope left out", NORM_FEW_ROWS, ATTN_NO_ROPE, 16},
-        {"attention merge left out", NORM_FEW_ROWS, ATTN_NO_MERGE, 16},
+    const int all = most_splits;
+    std::vector<Variant> variants = {
+        {"g4: its norms, lean chunk kernel, chunks cut from the visible slots", NORM_G4, ATTN_ALL, all, PLE_ALL},
+        {"attention: the general chunk kernel (128 registers)", NORM_G4, ATTN_GENERAL, all, PLE_ALL},
+        {"attention: half the chunks", NORM_G4, ATTN_ALL, all / 2, PLE_ALL},
+        {"attention: a quarter of the chunks", NORM_G4, ATTN_ALL, all / 4, PLE_ALL},
+        {"norms: an empty kernel each", NORM_EMPTY, ATTN_ALL, all, PLE_ALL},
+        {"norms left out", NORM_NONE, ATTN_ALL, all, PLE_ALL},
+        {"attention: chunks cut from the whole buffer", NORM_G4, ATTN_WHOLE_BUFFER, all, PLE_ALL},
+        {"attention stage left out (q/k/v -> o)", NORM_G4, ATTN_NONE, all, PLE_ALL},
+        {"attention stage: one empty kernel", NORM_G4, ATTN_EMPTY, all, PLE_ALL},
+        {"qkv_norm_rope left out", NORM_G4, ATTN_NO_ROPE, all, PLE_ALL},
+        {"attention merge left out", NORM_G4, ATTN_NO_MERGE, all, PLE_ALL},
     };
-    const int count = sizeof(variants) / sizeof(variants[0]), rounds = 5;
-    const double bytes = (double)(qkv_w + o_w + gate_up_w + down_w) * 2;
+    if (ple) {
+        variants.push_back({"per-layer input stage left out", NORM_G4, ATTN_ALL, all, PLE_NONE});
+        variants.push_back({"per-layer input stage: one empty kernel", NORM_G4, ATTN_ALL, all, PLE_EMPTY});
+    }
+    const int count = (int)variants.size(), rounds = 5;
+    const double bytes = (double)(qkv_w + o_w + gate_up_w + down_w + 2 * ple_w) * 2;
     // Rounds over every variant in turn, so that a drift in clocks reaches them all alike; the
     // median of each.
     std::vector<std::vector<double>> us(count);
     for (int round = 0; round < rounds; ++round)
         for (int i = 0; i < count; ++i)
-            us[i].push_back(bench.graph_us(1, [&](int) { step(variants[i].norm, variants[i].attn, variants[i].splits); }) / layers);
+            us[i].push_back(bench.graph_us(1, [&](int) {
+                const Variant& v = variants[i];
+                step(v.norm, v.attn, v.splits, v.ple);
+            }) / layers);
     printf(
-        "| chain (%d layers of 31B, bf16) | µs a layer (median of %d) | min | max | Δ median | weights GB/s |\n"
+        "| chain (%d layers of %s, bf16) | µs a layer (median of %d) | min | max | Δ median | weights GB/s |\n"
         "|---|---:|---:|---:|---:|---:|\n",
-        layers, rounds);
+        layers, model.name, rounds);
     double base = 0;
     for (int i = 0; i < count; ++i) {
         std::vector<double> sorted = us[i];
