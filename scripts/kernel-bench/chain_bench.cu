@@ -24,9 +24,9 @@ enum Norm { NORM_G4, NORM_NONE, NORM_EMPTY };
 enum Ple { PLE_ALL, PLE_NONE, PLE_EMPTY };
 // How the attention stage runs: g4's (every kernel, 512 blocks' chunks cut from the visible
 // slots, which the position on the device bounds), the chunks cut from all 1,024 buffer rows
-// (stop 42's kernel), left out, one empty kernel in its three kernels' place (what one fused kernel could
-// at best reach), without one of its kernels, or with the general chunk kernel (128 registers)
-// where g4 takes the lean one for heads of 256 (63).
+// (stop 42's kernel), left out, one empty kernel in its three kernels' place (what one fused
+// kernel could at best reach), without one of its kernels, or with the general chunk kernel (128
+// registers) where g4 takes the lean one for heads of 256 (63).
 enum Attn {
     ATTN_ALL,
     ATTN_WHOLE_BUFFER,
@@ -125,7 +125,6 @@ int main(int argc, char** argv) {
         const auto grid = gelu_mul_grid(g, outs, up == nullptr);
         launch_kernel(true, bench.stream, grid.first, grid.second, kernel, in, w, up, out, 1, outs, k, g.wpc);
     };
-    const auto gu_grid = gelu_mul_grid(gu_geo, width, true);
 
     // native/mod.rs's row launch for the model's width: rows up to 4,096 wide in one block of
     // 8 values a thread (a power of two), 31B's 5,376 in `_few_rows`.
