@@ -1,5 +1,6 @@
 // A decode step as the GPU meets it: a chain of layers (31B's sliding-layer shapes, or E4B's with
-// `chain_bench e4b`; bf16, one token, 1,024 cache rows of which 64 are visible), each g4's kernels
+// `chain_bench e4b`; bf16, one token, a sliding ring of the model's window — 1,024 rows for 31B, 512
+// for E4B — of which 64 are visible), each g4's kernels
 // in g4's order with g4's launch geometry and programmatic dependent launch — q/k/v GEMV,
 // qkv_norm_rope, attention and its merge, o GEMV, dual_rms_norm_plus_res, gate/up GEMV with its
 // GeGLU, down GEMV, then (E4B) rms_norm_plus_add and the per-layer input's gate and projection
@@ -41,7 +42,8 @@ enum Attn {
 struct Model {
     const char* name;
     int hidden, heads, kv_heads, d, width;
-    int ple;  // the per-layer input's width (E4B), 0 where there is none
+    int ple;     // the per-layer input's width (E4B), 0 where there is none
+    int window;  // the sliding layers' ring of cache rows
 };
 
 // One row through linear.rs's dense_gemv: its entry (plain, narrow, long K), W loads a lane and
@@ -65,12 +67,15 @@ static GemvLaunch dense_gemv(int n, int k) {
 int main(int argc, char** argv) {
     Bench bench;
     const bool e4b = argc > 1 && !strcmp(argv[1], "e4b");
-    const Model model = e4b ? Model{"E4B", 2560, 8, 2, 256, 10240, 256} : Model{"31B", 5376, 32, 16, 256, 21504, 0};
+    const Model model = e4b ? Model{"E4B", 2560, 8, 2, 256, 10240, 256, 512}
+                              : Model{"31B", 5376, 32, 16, 256, 21504, 0, 1024};
     const int layers = 16, hidden = model.hidden, heads = model.heads, kv_heads = model.kv_heads, d = model.d,
               width = model.width, ple = model.ple;
     const int qkv_rows = (heads + 2 * kv_heads) * d, attn_cols = heads * d;
-    // attention.rs: a step's grid holds 512 blocks' chunks (16 a row for 31B, 64 for E4B).
-    const int cache_rows = 1024, visible = 64, most_splits = 512 / heads;
+    // attention.rs's grid: a chunk per 16 of the ring's rows, at most 512 blocks' worth (31B: 16
+    // a row; E4B: 32, its ring of 512 rows being shorter than 64 chunks').
+    const int cache_rows = model.window, visible = 64;
+    const int most_splits = std::min((cache_rows + 15) / 16, (512 + heads - 1) / heads);
     const size_t qkv_w = (size_t)qkv_rows * hidden, o_w = (size_t)hidden * attn_cols,
                  gate_up_w = (size_t)2 * width * hidden, down_w = (size_t)hidden * width,
                  ple_w = (size_t)ple * hidden;
