@@ -23,8 +23,8 @@ __global__ void empty_stage() {
 enum Norm { NORM_G4, NORM_NONE, NORM_EMPTY };
 // The per-layer input stage (E4B): g4's three kernels, left out, or one empty kernel.
 enum Ple { PLE_ALL, PLE_NONE, PLE_EMPTY };
-// How the attention stage runs: g4's (every kernel, 512 blocks' chunks cut from the visible
-// slots, which the position on the device bounds), the chunks cut from all 1,024 buffer rows
+// How the attention stage runs: g4's (every kernel, its grid's chunks cut from the visible
+// slots, which the position on the device bounds), the chunks cut from all the ring's rows
 // (stop 42's kernel), left out, one empty kernel in its three kernels' place (what one fused
 // kernel could at best reach), without one of its kernels, or with the general chunk kernel (128
 // registers) where g4 takes the lean one for heads of 256 (63).
