@@ -7,12 +7,14 @@
 // GEMVs, and dual_rms_norm_plus_res — in one CUDA graph, on distinct weights per layer (far
 // beyond L2). Then the same chain with one stage changed (left out, an empty kernel in its place,
 // another kernel), to measure what each stage adds to a step where it sits, which a kernel timed
-// alone does not show.
+// alone does not show. Before the chains: what a grid-wide barrier costs beside an empty kernel's
+// launch, and the persistent MLP (persistent.cuh) checked bit for bit against g4's two GEMVs.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/linear.cu"
 #include "../../src/kernels/cuda/linear_gelu_mul.cu"
 #include "../../src/kernels/cuda/norms.cu"
 #include "../../src/kernels/cuda/attention.cu"
+#include "persistent.cuh"
 
 // A stage's placeholder: one block that only takes its place in the dependency chain.
 __global__ void empty_stage() {
@@ -37,6 +39,9 @@ enum Attn {
     ATTN_NO_MERGE,
     ATTN_GENERAL
 };
+// How the MLP's two GEMVs run: g4's two kernels, or one persistent kernel with a grid barrier
+// between them, its first down weights loaded before or after the wait there.
+enum Mlp { MLP_G4, MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST };
 
 // A model's sliding decoder layer as the chain runs it.
 struct Model {
@@ -131,6 +136,60 @@ int main(int argc, char** argv) {
         launch_kernel(true, bench.stream, grid.first, grid.second, kernel, in, w, up, out, 1, outs, k, g.wpc);
     };
 
+    // The persistent MLP: every block resident, one barrier per layer (they reset themselves).
+    const auto persistent_kernel = [&](bool prefetch) {
+        if (down_geo.entry == 2)
+            return prefetch ? persistent_mlp<G4_GEMV_LONG_BATCH, true> : persistent_mlp<G4_GEMV_LONG_BATCH, false>;
+        return prefetch ? persistent_mlp<G4_GEMV_NARROW_BATCH, true> : persistent_mlp<G4_GEMV_NARROW_BATCH, false>;
+    };
+    int resident = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent_kernel(true), PERSISTENT_THREADS, 0));
+    const int persistent_grid = resident * bench.sms;
+    GridBarrier* barriers = bench.alloc<GridBarrier>(layers);
+    CHECK(cudaMemset(barriers, 0, layers * sizeof(GridBarrier)));
+    auto mlp = [&](Mlp kind, int l) {
+        if (kind == MLP_G4) {
+            gelu_mul(gu_geo, normed, wgu[l], nullptr, act, width, hidden);
+            return linear(down_geo, act, wd[l], down, hidden, width);
+        }
+        launch_kernel(true, bench.stream, persistent_grid, PERSISTENT_THREADS,
+                      persistent_kernel(kind == MLP_PERSISTENT), (const bf*)normed, (const bf*)wgu[l], act,
+                      (const bf*)wd[l], down, width, hidden, gu_geo.wpc, down_geo.wpc, barriers + l);
+    };
+    {
+        // The same sums in the same order: the same bits, or the candidate is wrong.
+        mlp(MLP_G4, 0);
+        bench.sync();
+        const auto act_g4 = bench.download(act, width), down_g4 = bench.download(down, hidden);
+        for (Mlp kind : {MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST}) {
+            CHECK(cudaMemset(act, 0, width * 2));
+            CHECK(cudaMemset(down, 0, hidden * 2));
+            mlp(kind, 0);
+            bench.sync();
+            const bool same = bench.download(act, width) == act_g4 && bench.download(down, hidden) == down_g4;
+            printf("persistent MLP (%s, %d blocks of %d threads, %d a multiprocessor): %s g4's bits\n",
+                   kind == MLP_PERSISTENT ? "down weights before the wait" : "wait first", persistent_grid,
+                   PERSISTENT_THREADS, resident, same ? "the same as" : "NOT the same as");
+            if (!same) return 1;
+        }
+    }
+    {
+        // A barrier's cost at several grid sizes, beside an empty kernel's in a chain of them.
+        const int chained = 200;
+        printf("\n| %d in a graph | µs each |\n|---|---:|\n", chained);
+        printf("| empty kernels (1 block, programmatic dependent launch) | %.2f |\n",
+               bench.graph_us(chained, [&](int) { launch_kernel(true, bench.stream, 1, 128, empty_stage); }));
+        for (int per_sm : {1, 2, 4, 5}) {
+            const double us = bench.graph_us(1, [&](int) {
+                launch_kernel(true, bench.stream, per_sm * bench.sms, PERSISTENT_THREADS, barrier_rounds, barriers,
+                              chained);
+            });
+            printf("| grid barriers, %d blocks of %d threads | %.2f |\n", per_sm * bench.sms, PERSISTENT_THREADS,
+                   us / chained);
+        }
+        printf("\n");
+    }
+
     // native/mod.rs's row launch for the model's width: rows up to 4,096 wide in one block of
     // 8 values a thread (a power of two), 31B's 5,376 in `_few_rows`.
     const int plain_threads = std::min(512, 1 << (int)ceil(log2((hidden + 7) / 8)));
@@ -187,14 +246,13 @@ int main(int argc, char** argv) {
         if (ple_kind == PLE_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
         norm(norm_kind, after_mlp, ple_out, x, normed);
     };
-    auto step = [&](Norm norm_kind, Attn attn_kind, int splits, Ple ple_kind) {
+    auto step = [&](Norm norm_kind, Attn attn_kind, int splits, Ple ple_kind, Mlp mlp_kind) {
         for (int l = 0; l < layers; ++l) {
             linear(qkv_geo, normed, wq[l], qkv, qkv_rows, hidden);
             attend(attn_kind, l, splits);
             linear(o_geo, attn, wo[l], o, hidden, attn_cols);
             norm(norm_kind, res, o, res, normed);
-            gelu_mul(gu_geo, normed, wgu[l], nullptr, act, width, hidden);
-            linear(down_geo, act, wd[l], down, hidden, width);
+            mlp(mlp_kind, l);
             layer_end(norm_kind, ple_kind, l);
         }
     };
@@ -204,6 +262,7 @@ int main(int argc, char** argv) {
         Attn attn;
         int splits;
         Ple ple;
+        Mlp mlp = MLP_G4;
     };
     const int all = most_splits;
     std::vector<Variant> variants = {
@@ -218,6 +277,10 @@ int main(int argc, char** argv) {
         {"attention stage: one empty kernel", NORM_G4, ATTN_EMPTY, all, PLE_ALL},
         {"qkv_norm_rope left out", NORM_G4, ATTN_NO_ROPE, all, PLE_ALL},
         {"attention merge left out", NORM_G4, ATTN_NO_MERGE, all, PLE_ALL},
+        {"MLP: one persistent kernel, a grid barrier between its GEMVs", NORM_G4, ATTN_ALL, all, PLE_ALL,
+         MLP_PERSISTENT},
+        {"MLP: the same, each block waiting before its first down weights", NORM_G4, ATTN_ALL, all, PLE_ALL,
+         MLP_PERSISTENT_WAIT_FIRST},
     };
     if (ple) {
         variants.push_back({"per-layer input stage left out", NORM_G4, ATTN_ALL, all, PLE_NONE});
@@ -232,7 +295,7 @@ int main(int argc, char** argv) {
         for (int i = 0; i < count; ++i)
             us[i].push_back(bench.graph_us(1, [&](int) {
                 const Variant& v = variants[i];
-                step(v.norm, v.attn, v.splits, v.ple);
+                step(v.norm, v.attn, v.splits, v.ple, v.mlp);
             }) / layers);
     printf(
         "| chain (%d layers of %s, bf16) | µs a layer (median of %d) | min | max | Δ median | weights GB/s |\n"
