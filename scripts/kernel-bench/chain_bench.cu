@@ -40,8 +40,9 @@ enum Attn {
     ATTN_GENERAL
 };
 // How the MLP's two GEMVs run: g4's two kernels, or one persistent kernel with a grid barrier
-// between them, its first down weights loaded before or after the wait there.
-enum Mlp { MLP_G4, MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST };
+// between them, its first down weights loaded before or after the wait there, or with the dual
+// norm before them folded in (each block normalising the row itself).
+enum Mlp { MLP_G4, MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST, MLP_NORM_PERSISTENT };
 
 // A model's sliding decoder layer as the chain runs it.
 struct Model {
@@ -142,11 +143,17 @@ int main(int argc, char** argv) {
             return prefetch ? persistent_mlp<G4_GEMV_LONG_BATCH, true> : persistent_mlp<G4_GEMV_LONG_BATCH, false>;
         return prefetch ? persistent_mlp<G4_GEMV_NARROW_BATCH, true> : persistent_mlp<G4_GEMV_NARROW_BATCH, false>;
     };
-    int resident = 0;
+    const auto norm_persistent_kernel = down_geo.entry == 2 ? persistent_norm_mlp<G4_GEMV_LONG_BATCH>
+                                                            : persistent_norm_mlp<G4_GEMV_NARROW_BATCH>;
+    int resident = 0, norm_resident = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent_kernel(true), PERSISTENT_THREADS, 0));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&norm_resident, norm_persistent_kernel, PERSISTENT_THREADS,
+                                                        0));
     const int persistent_grid = resident * bench.sms;
+    bf* res_next = bench.filled(hidden);
     GridBarrier* barriers = bench.alloc<GridBarrier>(layers);
     CHECK(cudaMemset(barriers, 0, layers * sizeof(GridBarrier)));
+    // The MLP's two GEMVs, from the dual norm's `normed` to `down`.
     auto mlp = [&](Mlp kind, int l) {
         if (kind == MLP_G4) {
             gelu_mul(gu_geo, normed, wgu[l], nullptr, act, width, hidden);
@@ -156,40 +163,6 @@ int main(int argc, char** argv) {
                       persistent_kernel(kind == MLP_PERSISTENT), (const bf*)normed, (const bf*)wgu[l], act,
                       (const bf*)wd[l], down, width, hidden, gu_geo.wpc, down_geo.wpc, barriers + l);
     };
-    {
-        // The same sums in the same order: the same bits, or the candidate is wrong.
-        mlp(MLP_G4, 0);
-        bench.sync();
-        const auto act_g4 = bench.download(act, width), down_g4 = bench.download(down, hidden);
-        for (Mlp kind : {MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST}) {
-            CHECK(cudaMemset(act, 0, width * 2));
-            CHECK(cudaMemset(down, 0, hidden * 2));
-            mlp(kind, 0);
-            bench.sync();
-            const bool same = bench.download(act, width) == act_g4 && bench.download(down, hidden) == down_g4;
-            printf("persistent MLP (%s, %d blocks of %d threads, %d a multiprocessor): %s g4's bits\n",
-                   kind == MLP_PERSISTENT ? "down weights before the wait" : "wait first", persistent_grid,
-                   PERSISTENT_THREADS, resident, same ? "the same as" : "NOT the same as");
-            if (!same) return 1;
-        }
-    }
-    {
-        // A barrier's cost at several grid sizes, beside an empty kernel's in a chain of them.
-        const int chained = 200;
-        printf("\n| %d in a graph | µs each |\n|---|---:|\n", chained);
-        printf("| empty kernels (1 block, programmatic dependent launch) | %.2f |\n",
-               bench.graph_us(chained, [&](int) { launch_kernel(true, bench.stream, 1, 128, empty_stage); }));
-        for (int per_sm : {1, 2, 4, 5}) {
-            const double us = bench.graph_us(1, [&](int) {
-                launch_kernel(true, bench.stream, per_sm * bench.sms, PERSISTENT_THREADS, barrier_rounds, barriers,
-                              chained);
-            });
-            printf("| grid barriers, %d blocks of %d threads | %.2f |\n", per_sm * bench.sms, PERSISTENT_THREADS,
-                   us / chained);
-        }
-        printf("\n");
-    }
-
     // native/mod.rs's row launch for the model's width: rows up to 4,096 wide in one block of
     // 8 values a thread (a power of two), 31B's 5,376 in `_few_rows`.
     const int plain_threads = std::min(512, 1 << (int)ceil(log2((hidden + 7) / 8)));
@@ -208,6 +181,64 @@ int main(int argc, char** argv) {
                 return dual(g4_dual_rms_norm_plus_res_few_rows_bf16, hidden / 8);
         }
     };
+    // The dual norm before the MLP and its two GEMVs as one persistent kernel: the new residual
+    // goes to its own buffer, as every block reads the old one.
+    auto fused_norm_mlp = [&](int l) {
+        launch_kernel(true, bench.stream, norm_resident * bench.sms, PERSISTENT_THREADS, norm_persistent_kernel,
+                      (const bf*)res, (const bf*)o, (const bf*)norm_w, (const bf*)norm_w, res_next,
+                      (const bf*)wgu[l], act, (const bf*)wd[l], down, width, hidden, gu_geo.wpc, down_geo.wpc,
+                      barriers + l);
+    };
+    {
+        // The same sums in the same order: the same bits, or the candidate is wrong.
+        mlp(MLP_G4, 0);
+        bench.sync();
+        const auto act_g4 = bench.download(act, width), down_g4 = bench.download(down, hidden);
+        for (Mlp kind : {MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST}) {
+            CHECK(cudaMemset(act, 0, width * 2));
+            CHECK(cudaMemset(down, 0, hidden * 2));
+            mlp(kind, 0);
+            bench.sync();
+            const bool same = bench.download(act, width) == act_g4 && bench.download(down, hidden) == down_g4;
+            printf("persistent MLP (%s, %d blocks of %d threads, %d a multiprocessor): %s g4's bits\n",
+                   kind == MLP_PERSISTENT ? "down weights before the wait" : "wait first", persistent_grid,
+                   PERSISTENT_THREADS, resident, same ? "the same as" : "NOT the same as");
+            if (!same) return 1;
+        }
+        // Folding the norm in sums the row in another order: a last bit of y may differ, and with
+        // it the outputs by about a bf16 rounding.
+        norm(NORM_G4, res, o, res_next, normed);
+        mlp(MLP_G4, 0);
+        bench.sync();
+        const auto res_g4 = bench.download(res_next, hidden), fused_g4 = bench.download(down, hidden);
+        CHECK(cudaMemset(res_next, 0, hidden * 2));
+        CHECK(cudaMemset(down, 0, hidden * 2));
+        fused_norm_mlp(0);
+        bench.sync();
+        const double residual_diff = max_relative_difference(bench.download(res_next, hidden), res_g4),
+                     down_diff = max_relative_difference(bench.download(down, hidden), fused_g4);
+        printf("persistent MLP with the dual norm folded in (%d blocks): residual %s g4's, down within %.2e of "
+               "g4's\n",
+               norm_resident * bench.sms, residual_diff == 0 ? "the same as" : "NOT the same as", down_diff);
+        if (residual_diff != 0 || down_diff > 2e-2) return 1;
+    }
+    {
+        // A barrier's cost at several grid sizes, beside an empty kernel's in a chain of them.
+        const int chained = 200;
+        printf("\n| %d in a graph | µs each |\n|---|---:|\n", chained);
+        printf("| empty kernels (1 block, programmatic dependent launch) | %.2f |\n",
+               bench.graph_us(chained, [&](int) { launch_kernel(true, bench.stream, 1, 128, empty_stage); }));
+        for (int per_sm : {1, 2, 4, 5}) {
+            const double us = bench.graph_us(1, [&](int) {
+                launch_kernel(true, bench.stream, per_sm * bench.sms, PERSISTENT_THREADS, barrier_rounds, barriers,
+                              chained);
+            });
+            printf("| grid barriers, %d blocks of %d threads | %.2f |\n", per_sm * bench.sms, PERSISTENT_THREADS,
+                   us / chained);
+        }
+        printf("\n");
+    }
+
     // Layer l's attention stage, from its q/k/v projection's output to attention's.
     auto attend = [&](Attn attn_kind, int l, int splits) {
         if (attn_kind == ATTN_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
@@ -251,8 +282,12 @@ int main(int argc, char** argv) {
             linear(qkv_geo, normed, wq[l], qkv, qkv_rows, hidden);
             attend(attn_kind, l, splits);
             linear(o_geo, attn, wo[l], o, hidden, attn_cols);
-            norm(norm_kind, res, o, res, normed);
-            mlp(mlp_kind, l);
+            if (mlp_kind == MLP_NORM_PERSISTENT) {
+                fused_norm_mlp(l);
+            } else {
+                norm(norm_kind, res, o, res, normed);
+                mlp(mlp_kind, l);
+            }
             layer_end(norm_kind, ple_kind, l);
         }
     };
@@ -281,6 +316,8 @@ int main(int argc, char** argv) {
          MLP_PERSISTENT},
         {"MLP: the same, each block waiting before its first down weights", NORM_G4, ATTN_ALL, all, PLE_ALL,
          MLP_PERSISTENT_WAIT_FIRST},
+        {"MLP: the persistent kernel with the dual norm before it folded in", NORM_G4, ATTN_ALL, all, PLE_ALL,
+         MLP_NORM_PERSISTENT},
     };
     if (ple) {
         variants.push_back({"per-layer input stage left out", NORM_G4, ATTN_ALL, all, PLE_NONE});

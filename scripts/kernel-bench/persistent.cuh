@@ -137,6 +137,72 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM)
     G4_LET_DEPENDENTS_LAUNCH();
 }
 
+// The widest row a block normalises into shared memory (31B's hidden size).
+#define PERSISTENT_MAX_HIDDEN 5376
+
+// dual_rms_norm_plus_res (norms.cu) of one row, computed by this block alone into `y` (shared
+// memory): residual + rms_norm(branch)·w1 becomes the new residual (written to `out_residual`
+// where given), and y its rms_norm·w2. The same roundings as g4's kernel; its sums over the row
+// are in another order (another block size), so y may differ from g4's in a last bit.
+__device__ void block_dual_norm(const bf* residual, const bf* branch, const bf* w1, const bf* w2, bf* out_residual,
+                                bf* y, int cols, float eps) {
+    const int vectors = cols / 8;
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        float b[8];
+        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(branch)[v], b);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum += b[e] * b[e];
+    }
+    const float inv_branch = 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
+    sum = 0.0f;
+    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        float b[8], r[8], w[8];
+        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(branch)[v], b);
+        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(residual)[v], r);
+        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(w1)[v], w);
+        Pack<bf, 8> p;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            r[e] = residual_after<bf>(r[e], b[e], inv_branch, w[e], 1.0f);
+            sum += r[e] * r[e];
+            p.v[e] = g4_from_f32<bf>(r[e]);
+        }
+        reinterpret_cast<Pack<bf, 8>*>(y)[v] = p;
+        if (out_residual) reinterpret_cast<Pack<bf, 8>*>(out_residual)[v] = p;
+    }
+    const float inv_residual = 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
+    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+        float r[8], w[8];
+        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(y)[v], r);
+        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(w2)[v], w);
+        Pack<bf, 8> p;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) p.v[e] = g4_from_f32<bf>(r[e] * inv_residual * w[e]);
+        reinterpret_cast<Pack<bf, 8>*>(y)[v] = p;
+    }
+    __syncthreads();
+}
+
+// persistent_mlp with the dual norm before it folded in: every block normalises the row itself
+// (while its first gate/up weights are in flight), so the norm's own launch goes; block 0 writes
+// the new residual.
+template <int DOWN_BATCH>
+__global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM)
+    persistent_norm_mlp(const bf* residual, const bf* branch, const bf* w1, const bf* w2, bf* out_residual,
+                        const bf* w_gate_up, bf* act, const bf* w_down, bf* out, int width, int hidden,
+                        int gate_up_wpc, int down_wpc, GridBarrier* barrier) {
+    __shared__ __align__(16) bf normed[PERSISTENT_MAX_HIDDEN];
+    persistent_gemv<G4_GEMV_PAIR_BATCH, true>(normed, w_gate_up, act, width, hidden, gate_up_wpc, [&] {
+        G4_WAIT_FOR_INPUTS();
+        block_dual_norm(residual, branch, w1, w2, blockIdx.x == 0 ? out_residual : nullptr, normed, hidden, 1e-6f);
+    });
+    const unsigned generation = barrier_arrive(barrier);
+    persistent_gemv<DOWN_BATCH, false>(act, w_down, out, hidden, width, down_wpc,
+                                       [&] { barrier_wait(barrier, generation); });
+    G4_LET_DEPENDENTS_LAUNCH();
+}
+
 // `rounds` barriers and nothing else: what one costs at a grid's size.
 __global__ void barrier_rounds(GridBarrier* barrier, int rounds) {
     G4_WAIT_FOR_INPUTS();
