@@ -3,7 +3,8 @@
 # persistent.cuh): a grid barrier's cost beside an empty kernel's, the persistent MLP checked bit
 # for bit against g4's two GEMVs, then E4B's and 31B's chains with the persistent MLP in place of
 # g4's two GEMVs (its first down weights loaded before or after the barrier's wait), and with the
-# dual norm before it folded in (every block normalising the row itself).
+# dual norm before it folded in (every block normalising the row itself), and everything from the o
+# GEMV to the next layer's q/k/v GEMV as one persistent kernel.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader

@@ -41,8 +41,9 @@ enum Attn {
 };
 // How the MLP's two GEMVs run: g4's two kernels, or one persistent kernel with a grid barrier
 // between them, its first down weights loaded before or after the wait there, or with the dual
-// norm before them folded in (each block normalising the row itself).
-enum Mlp { MLP_G4, MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST, MLP_NORM_PERSISTENT };
+// norm before them folded in (each block normalising the row itself); or everything from the o
+// GEMV to the next layer's q/k/v GEMV as one persistent kernel (persistent_layer_tail).
+enum Mlp { MLP_G4, MLP_PERSISTENT, MLP_PERSISTENT_WAIT_FIRST, MLP_NORM_PERSISTENT, LAYER_TAIL_PERSISTENT };
 
 // A model's sliding decoder layer as the chain runs it.
 struct Model {
@@ -239,6 +240,56 @@ int main(int argc, char** argv) {
         printf("\n");
     }
 
+    // The layer from its o GEMV to the next layer's q/k/v GEMV as one persistent kernel
+    // (persistent_layer_tail), g4's loads a lane where they fit its 48 registers (31B's q/k/v: 6
+    // where g4 loads 8; the sums' order is the same).
+    const auto tail_kernel = e4b ? persistent_layer_tail<G4_GEMV_NARROW_BATCH, G4_GEMV_LONG_BATCH, G4_GEMV_NARROW_BATCH>
+                                 : persistent_layer_tail<G4_GEMV_NARROW_BATCH, G4_GEMV_NARROW_BATCH, G4_GEMV_PAIR_BATCH>;
+    int tail_resident = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tail_resident, tail_kernel, PERSISTENT_THREADS, 0));
+    bf *res_mid = bench.filled(hidden), *res_out = bench.filled(hidden);
+    auto layer_tail = [&](int l, bf* qkv_out) {
+        const LayerTail a = {attn,     wo[l],     o,           res,        norm_w,          norm_w,    res_mid,
+                             wgu[l],   act,       wd[l],       down,       norm_w,          ple_in,    wpg[l],
+                             wpp[l],   after_mlp, ple_act,     ple_out,    norm_w,          norm_w,    res_out,
+                             wq[(l + 1) % layers], qkv_out, hidden, attn_cols, width,       ple,       qkv_rows,
+                             o_geo.wpc, gu_geo.wpc, down_geo.wpc, pg_geo.wpc, pp_geo.wpc, qkv_geo.wpc,
+                             barriers + l};
+        launch_kernel(true, bench.stream, tail_resident * bench.sms, PERSISTENT_THREADS, tail_kernel, a);
+    };
+    {
+        // g4's kernels for the same stages, into the same buffers; the norms' sums are in another
+        // order, so the outputs may differ by about a bf16 rounding.
+        bf *normed_next = bench.filled(hidden), *qkv_g4 = bench.filled(qkv_rows);
+        linear(o_geo, attn, wo[0], o, hidden, attn_cols);
+        norm(NORM_G4, res, o, res_mid, normed);
+        mlp(MLP_G4, 0);
+        const bf* end_residual = res_mid;
+        const bf* end_branch = down;
+        if (ple) {
+            launch_kernel(true, bench.stream, 1, plain_threads, g4_rms_norm_plus_add_bf16, (const bf*)res_mid,
+                          (const bf*)down, (const bf*)norm_w, after_mlp, hidden, 1e-6f);
+            gelu_mul(pg_geo, after_mlp, wpg[0], ple_in, ple_act, ple, hidden);
+            linear(pp_geo, ple_act, wpp[0], ple_out, hidden, ple);
+            end_residual = after_mlp, end_branch = ple_out;
+        }
+        norm(NORM_G4, end_residual, end_branch, res_out, normed_next);
+        linear(qkv_geo, normed_next, wq[1], qkv_g4, qkv_rows, hidden);
+        bench.sync();
+        const auto qkv_ref = bench.download(qkv_g4, qkv_rows), res_ref = bench.download(res_out, hidden),
+                   down_ref = bench.download(down, hidden);
+        for (bf* buffer : {res_out, down, qkv_g4}) CHECK(cudaMemset(buffer, 0, hidden * 2));
+        CHECK(cudaMemset(qkv_g4, 0, qkv_rows * 2));
+        layer_tail(0, qkv_g4);
+        bench.sync();
+        const double down_diff = max_relative_difference(bench.download(down, hidden), down_ref),
+                     res_diff = max_relative_difference(bench.download(res_out, hidden), res_ref),
+                     qkv_diff = max_relative_difference(bench.download(qkv_g4, qkv_rows), qkv_ref);
+        printf("persistent layer tail (%d blocks): largest relative difference from g4's kernels: down %.2e, "
+               "residual %.2e, next q/k/v %.2e\n\n",
+               tail_resident * bench.sms, down_diff, res_diff, qkv_diff);
+        if (down_diff > 2e-2 || res_diff > 2e-2 || qkv_diff > 2e-2) return 1;
+    }
     // Layer l's attention stage, from its q/k/v projection's output to attention's.
     auto attend = [&](Attn attn_kind, int l, int splits) {
         if (attn_kind == ATTN_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
@@ -279,6 +330,12 @@ int main(int argc, char** argv) {
     };
     auto step = [&](Norm norm_kind, Attn attn_kind, int splits, Ple ple_kind, Mlp mlp_kind) {
         for (int l = 0; l < layers; ++l) {
+            if (mlp_kind == LAYER_TAIL_PERSISTENT) {
+                // The q/k/v came from the layer before's tail (the last layer's: the step before).
+                attend(attn_kind, l, splits);
+                layer_tail(l, qkv);
+                continue;
+            }
             linear(qkv_geo, normed, wq[l], qkv, qkv_rows, hidden);
             attend(attn_kind, l, splits);
             linear(o_geo, attn, wo[l], o, hidden, attn_cols);
@@ -318,6 +375,8 @@ int main(int argc, char** argv) {
          MLP_PERSISTENT_WAIT_FIRST},
         {"MLP: the persistent kernel with the dual norm before it folded in", NORM_G4, ATTN_ALL, all, PLE_ALL,
          MLP_NORM_PERSISTENT},
+        {"o GEMV to the next q/k/v GEMV: one persistent kernel", NORM_G4, ATTN_ALL, all, PLE_ALL,
+         LAYER_TAIL_PERSISTENT},
     };
     if (ple) {
         variants.push_back({"per-layer input stage left out", NORM_G4, ATTN_ALL, all, PLE_NONE});

@@ -56,13 +56,14 @@ __device__ __forceinline__ void barrier_wait(GridBarrier* barrier, unsigned gene
 }
 
 // One row of X through W (bf16) as g4's one-row GEMV (GELU false: `outs` columns) or GeGLU GEMV
-// (GELU true: W packed [gate ‖ up], `outs` products), `wpc` warps per column. The grid walks the
-// blocks g4 would launch of PERSISTENT_WARPS warps each; each walk's first weight batch is loaded
-// before `wait()` (every thread calls it once, before reading X).
+// (GELU true: `outs` products, W packed [gate ‖ up] where `up` is null, else W the gate alone and
+// `up` the other factor), `wpc` warps per column. The grid walks the blocks g4 would launch of
+// PERSISTENT_WARPS warps each; each walk's first weight batch is loaded before `wait()` (every
+// thread calls it once, before reading X). BATCH does not change the sums' order.
 template <int BATCH, bool GELU, typename Wait>
-__device__ void persistent_gemv(const bf* x, const bf* w, bf* y, int outs, int k, int wpc, Wait wait) {
+__device__ void persistent_gemv(const bf* x, const bf* w, const bf* up, bf* y, int outs, int k, int wpc, Wait wait) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int halves = GELU ? 2 : 1, warps_per_out = wpc * halves;
+    const int halves = GELU && !up ? 2 : 1, warps_per_out = wpc * halves;
     const int outs_per_block = PERSISTENT_WARPS / warps_per_out;
     const int work_blocks = (outs + outs_per_block - 1) / outs_per_block;
     const int vectors = k / 8, step = 32 * wpc, part = warp % wpc, half = (warp / wpc) % halves;
@@ -103,8 +104,8 @@ __device__ void persistent_gemv(const bf* x, const bf* w, bf* y, int outs, int k
         if (has_row && part == 0 && half == 0 && lane == 0) {
             if (GELU) {
                 const float gate = g4_round<bf>(gemv_total<1>(partial, warp, wpc, 0));
-                const float up = g4_round<bf>(gemv_total<1>(partial, warp + wpc, wpc, 0));
-                y[out] = g4_from_f32<bf>(g4_round<bf>(g4_gelu_tanh(gate)) * up);
+                const float u = up ? g4_to_f32(up[out]) : g4_round<bf>(gemv_total<1>(partial, warp + wpc, wpc, 0));
+                y[out] = g4_from_f32<bf>(g4_round<bf>(g4_gelu_tanh(gate)) * u);
             } else {
                 y[out] = g4_from_f32<bf>(gemv_total<1>(partial, warp, wpc, 0));
             }
@@ -124,15 +125,15 @@ template <int DOWN_BATCH, bool PREFETCH>
 __global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM)
     persistent_mlp(const bf* x, const bf* w_gate_up, bf* act, const bf* w_down, bf* out, int width, int hidden,
                    int gate_up_wpc, int down_wpc, GridBarrier* barrier) {
-    persistent_gemv<G4_GEMV_PAIR_BATCH, true>(x, w_gate_up, act, width, hidden, gate_up_wpc,
+    persistent_gemv<G4_GEMV_PAIR_BATCH, true>(x, w_gate_up, nullptr, act, width, hidden, gate_up_wpc,
                                               [] { G4_WAIT_FOR_INPUTS(); });
     const unsigned generation = barrier_arrive(barrier);
     if (PREFETCH) {
-        persistent_gemv<DOWN_BATCH, false>(act, w_down, out, hidden, width, down_wpc,
+        persistent_gemv<DOWN_BATCH, false>(act, w_down, nullptr, out, hidden, width, down_wpc,
                                            [&] { barrier_wait(barrier, generation); });
     } else {
         barrier_wait(barrier, generation);
-        persistent_gemv<DOWN_BATCH, false>(act, w_down, out, hidden, width, down_wpc, [] {});
+        persistent_gemv<DOWN_BATCH, false>(act, w_down, nullptr, out, hidden, width, down_wpc, [] {});
     }
     G4_LET_DEPENDENTS_LAUNCH();
 }
@@ -140,46 +141,58 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM)
 // The widest row a block normalises into shared memory (31B's hidden size).
 #define PERSISTENT_MAX_HIDDEN 5376
 
+// Four bf16 of a row (8 bytes) as floats, and back: the norms below walk rows 4 values a thread
+// at a time, so that the loaded weights of the GEMV after them stay in registers beside them.
+__device__ __forceinline__ void load4(const bf* row, int quad, float (&out)[4]) {
+    const Pack<bf, 4> p = reinterpret_cast<const Pack<bf, 4>*>(row)[quad];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[e] = g4_to_f32(p.v[e]);
+}
+__device__ __forceinline__ void store4(bf* row, int quad, const float (&v)[4]) {
+    Pack<bf, 4> p;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p.v[e] = g4_from_f32<bf>(v[e]);
+    reinterpret_cast<Pack<bf, 4>*>(row)[quad] = p;
+}
+
+// 1 / rms of a row, by this block.
+__device__ __forceinline__ float block_inv_rms(const bf* row, int cols, float eps) {
+    float sum = 0.0f;
+    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
+        float v[4];
+        load4(row, quad, v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum += v[e] * v[e];
+    }
+    return 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
+}
+
 // dual_rms_norm_plus_res (norms.cu) of one row, computed by this block alone into `y` (shared
 // memory): residual + rms_norm(branch)·w1 becomes the new residual (written to `out_residual`
 // where given), and y its rms_norm·w2. The same roundings as g4's kernel; its sums over the row
 // are in another order (another block size), so y may differ from g4's in a last bit.
 __device__ void block_dual_norm(const bf* residual, const bf* branch, const bf* w1, const bf* w2, bf* out_residual,
                                 bf* y, int cols, float eps) {
-    const int vectors = cols / 8;
-    float sum = 0.0f;
-    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-        float b[8];
-        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(branch)[v], b);
+    const float inv_branch = block_inv_rms(branch, cols, eps);
+    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
+        float b[4], r[4], w[4];
+        load4(branch, quad, b);
+        load4(residual, quad, r);
+        load4(w1, quad, w);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) sum += b[e] * b[e];
+        for (int e = 0; e < 4; ++e) r[e] = residual_after<bf>(r[e], b[e], inv_branch, w[e], 1.0f);
+        store4(y, quad, r);
+        if (out_residual) store4(out_residual, quad, r);
     }
-    const float inv_branch = 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
-    sum = 0.0f;
-    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-        float b[8], r[8], w[8];
-        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(branch)[v], b);
-        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(residual)[v], r);
-        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(w1)[v], w);
-        Pack<bf, 8> p;
+    __syncthreads();
+    const float inv_residual = block_inv_rms(y, cols, eps);
+    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
+        float r[4], w[4];
+        load4(y, quad, r);
+        load4(w2, quad, w);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            r[e] = residual_after<bf>(r[e], b[e], inv_branch, w[e], 1.0f);
-            sum += r[e] * r[e];
-            p.v[e] = g4_from_f32<bf>(r[e]);
-        }
-        reinterpret_cast<Pack<bf, 8>*>(y)[v] = p;
-        if (out_residual) reinterpret_cast<Pack<bf, 8>*>(out_residual)[v] = p;
-    }
-    const float inv_residual = 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
-    for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
-        float r[8], w[8];
-        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(y)[v], r);
-        DenseWeights<bf>::decode(reinterpret_cast<const uint4*>(w2)[v], w);
-        Pack<bf, 8> p;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) p.v[e] = g4_from_f32<bf>(r[e] * inv_residual * w[e]);
-        reinterpret_cast<Pack<bf, 8>*>(y)[v] = p;
+        for (int e = 0; e < 4; ++e) r[e] = r[e] * inv_residual * w[e];
+        store4(y, quad, r);
     }
     __syncthreads();
 }
@@ -193,13 +206,98 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM)
                         const bf* w_gate_up, bf* act, const bf* w_down, bf* out, int width, int hidden,
                         int gate_up_wpc, int down_wpc, GridBarrier* barrier) {
     __shared__ __align__(16) bf normed[PERSISTENT_MAX_HIDDEN];
-    persistent_gemv<G4_GEMV_PAIR_BATCH, true>(normed, w_gate_up, act, width, hidden, gate_up_wpc, [&] {
+    persistent_gemv<G4_GEMV_PAIR_BATCH, true>(normed, w_gate_up, nullptr, act, width, hidden, gate_up_wpc, [&] {
         G4_WAIT_FOR_INPUTS();
         block_dual_norm(residual, branch, w1, w2, blockIdx.x == 0 ? out_residual : nullptr, normed, hidden, 1e-6f);
     });
     const unsigned generation = barrier_arrive(barrier);
-    persistent_gemv<DOWN_BATCH, false>(act, w_down, out, hidden, width, down_wpc,
+    persistent_gemv<DOWN_BATCH, false>(act, w_down, nullptr, out, hidden, width, down_wpc,
                                        [&] { barrier_wait(barrier, generation); });
+    G4_LET_DEPENDENTS_LAUNCH();
+}
+
+// rms_norm_plus_add (norms.cu) of one row by this block alone: y = residual + rms_norm(x)·w into
+// shared memory, and to `out` where given. Its sum over the row is in another order than g4's.
+__device__ void block_norm_plus_add(const bf* residual, const bf* x, const bf* w, bf* out, bf* y, int cols,
+                                    float eps) {
+    const float inv = block_inv_rms(x, cols, eps);
+    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
+        float b[4], r[4], wf[4];
+        load4(x, quad, b);
+        load4(residual, quad, r);
+        load4(w, quad, wf);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) r[e] = r[e] + g4_round<bf>(b[e] * inv * wf[e]);
+        store4(y, quad, r);
+        if (out) store4(out, quad, r);
+    }
+    __syncthreads();
+}
+
+// A decode layer from its attention's output to the next layer's q/k/v, g4's kernels for it
+// (each a stage here, a grid barrier between two): the o GEMV; the dual norm and the gate/up GEMV
+// with its GeGLU; the down GEMV; (E4B) rms_norm_plus_add and the per-layer input's gate GEMV with
+// its GeGLU, then its projection; the dual norm at the layer's end and the next layer's q/k/v
+// GEMV. Every block computes a norm itself into shared memory where the GEMV after it needs its
+// row; block 0 writes the rows later stages read from memory.
+struct LayerTail {
+    const bf *attn, *w_o;
+    bf* o;
+    const bf *residual, *w_attn_norm, *w_mlp_norm;
+    bf* residual_mid;
+    const bf* w_gate_up;
+    bf* act;
+    const bf* w_down;
+    bf* down;
+    const bf *w_ple_norm, *ple_in, *w_ple_gate, *w_ple_proj;  // E4B's per-layer input
+    bf *after_mlp, *ple_act, *ple_out;
+    const bf *w_end_norm, *w_next_norm;
+    bf* residual_out;
+    const bf* w_qkv;
+    bf* qkv;
+    int hidden, attn_cols, width, ple, qkv_rows;
+    int o_wpc, gate_up_wpc, down_wpc, ple_gate_wpc, ple_proj_wpc, qkv_wpc;
+    GridBarrier* barrier;
+};
+
+template <int O_BATCH, int DOWN_BATCH, int QKV_BATCH>
+__global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM) persistent_layer_tail(LayerTail a) {
+    __shared__ __align__(16) bf rows[2][PERSISTENT_MAX_HIDDEN];
+    const float eps = 1e-6f;
+    persistent_gemv<O_BATCH, false>(a.attn, a.w_o, nullptr, a.o, a.hidden, a.attn_cols, a.o_wpc,
+                                    [] { G4_WAIT_FOR_INPUTS(); });
+    unsigned generation = barrier_arrive(a.barrier);
+    persistent_gemv<G4_GEMV_PAIR_BATCH, true>(rows[0], a.w_gate_up, nullptr, a.act, a.width, a.hidden, a.gate_up_wpc,
+                                              [&] {
+                                                  barrier_wait(a.barrier, generation);
+                                                  block_dual_norm(a.residual, a.o, a.w_attn_norm, a.w_mlp_norm,
+                                                                  blockIdx.x == 0 ? a.residual_mid : nullptr,
+                                                                  rows[0], a.hidden, eps);
+                                              });
+    generation = barrier_arrive(a.barrier);
+    persistent_gemv<DOWN_BATCH, false>(a.act, a.w_down, nullptr, a.down, a.hidden, a.width, a.down_wpc,
+                                       [&] { barrier_wait(a.barrier, generation); });
+    generation = barrier_arrive(a.barrier);
+    const bf *end_residual = a.residual_mid, *end_branch = a.down;
+    if (a.ple) {
+        persistent_gemv<G4_GEMV_NARROW_BATCH, true>(rows[1], a.w_ple_gate, a.ple_in, a.ple_act, a.ple, a.hidden,
+                                                    a.ple_gate_wpc, [&] {
+                                                        barrier_wait(a.barrier, generation);
+                                                        block_norm_plus_add(a.residual_mid, a.down, a.w_ple_norm,
+                                                                            blockIdx.x == 0 ? a.after_mlp : nullptr,
+                                                                            rows[1], a.hidden, eps);
+                                                    });
+        generation = barrier_arrive(a.barrier);
+        persistent_gemv<G4_GEMV_NARROW_BATCH, false>(a.ple_act, a.w_ple_proj, nullptr, a.ple_out, a.hidden, a.ple,
+                                                     a.ple_proj_wpc, [&] { barrier_wait(a.barrier, generation); });
+        generation = barrier_arrive(a.barrier);
+        end_residual = a.after_mlp, end_branch = a.ple_out;
+    }
+    persistent_gemv<QKV_BATCH, false>(rows[0], a.w_qkv, nullptr, a.qkv, a.qkv_rows, a.hidden, a.qkv_wpc, [&] {
+        barrier_wait(a.barrier, generation);
+        block_dual_norm(end_residual, end_branch, a.w_end_norm, a.w_next_norm,
+                        blockIdx.x == 0 ? a.residual_out : nullptr, rows[0], a.hidden, eps);
+    });
     G4_LET_DEPENDENTS_LAUNCH();
 }
 
