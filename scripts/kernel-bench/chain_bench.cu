@@ -206,8 +206,8 @@ int main(int argc, char** argv) {
                    PERSISTENT_THREADS, resident, same ? "the same as" : "NOT the same as");
             if (!same) return 1;
         }
-        // Folding the norm in sums the row in another order: a last bit of y may differ, and with
-        // it the outputs by about a bf16 rounding.
+        // Folding the norm in sums the row in another order: a last bit of the residual or of y
+        // may differ, and with it the outputs by about a bf16 rounding.
         norm(NORM_G4, res, o, res_next, normed);
         mlp(MLP_G4, 0);
         bench.sync();
