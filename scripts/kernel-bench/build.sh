@@ -15,7 +15,8 @@
 # dequantisation beside a plain read; glue_bench: 31B's prefill
 # glue — attention's softmax, qkv_norm_rope, the layer tail's norm — beside a copy of its bytes;
 # chain_bench: 31B's (or, `chain_bench e4b`, E4B's) decode layers as one graph of g4's kernels,
-# each stage changed in turn) into
+# each stage changed in turn, beside persistent.cuh's candidates — a grid barrier's cost, and the
+# MLP or the whole layer from its o GEMV on as one persistent kernel) into
 # target/kernel-bench/, for sm_90, with the pinned CUDA 13.0 wheels; no GPU needed here.
 # `scripts/gpu-check.sh OUT kernel-bench` runs them on the device (carry target/kernel-bench).
 set -euo pipefail
