@@ -251,12 +251,18 @@ int main(int argc, char** argv) {
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tail_resident, tail_kernel, PERSISTENT_THREADS, 0));
     bf *res_mid = bench.filled(hidden), *res_out = bench.filled(hidden);
     auto layer_tail = [&](int l, bf* qkv_out) {
-        const LayerTail a = {attn,     wo[l],     o,           res,        norm_w,          norm_w,    res_mid,
-                             wgu[l],   act,       wd[l],       down,       norm_w,          ple_in,    wpg[l],
-                             wpp[l],   after_mlp, ple_act,     ple_out,    norm_w,          norm_w,    res_out,
-                             wq[(l + 1) % layers], qkv_out, hidden, attn_cols, width,       ple,       qkv_rows,
-                             o_geo.wpc, gu_geo.wpc, down_geo.wpc, pg_geo.wpc, pp_geo.wpc, qkv_geo.wpc,
-                             barriers + l};
+        LayerTail a = {};
+        a.attn = attn, a.w_o = wo[l], a.o = o, a.o_wpc = o_geo.wpc;
+        a.residual = res, a.w_attn_norm = norm_w, a.w_mlp_norm = norm_w, a.residual_mid = res_mid;
+        a.w_gate_up = wgu[l], a.act = act, a.gate_up_wpc = gu_geo.wpc;
+        a.w_down = wd[l], a.down = down, a.down_wpc = down_geo.wpc;
+        a.ple = ple, a.w_ple_norm = norm_w, a.after_mlp = after_mlp;
+        a.ple_in = ple_in, a.w_ple_gate = wpg[l], a.ple_act = ple_act, a.ple_gate_wpc = pg_geo.wpc;
+        a.w_ple_proj = wpp[l], a.ple_out = ple_out, a.ple_proj_wpc = pp_geo.wpc;
+        a.w_end_norm = norm_w, a.w_next_norm = norm_w, a.residual_out = res_out;
+        a.w_qkv = wq[(l + 1) % layers], a.qkv = qkv_out, a.qkv_wpc = qkv_geo.wpc;
+        a.hidden = hidden, a.attn_cols = attn_cols, a.width = width, a.qkv_rows = qkv_rows;
+        a.barrier = barriers + l;
         launch_kernel(true, bench.stream, tail_resident * bench.sms, PERSISTENT_THREADS, tail_kernel, a);
     };
     {
@@ -280,7 +286,8 @@ int main(int argc, char** argv) {
         bench.sync();
         const auto qkv_ref = bench.download(qkv_g4, qkv_rows), res_ref = bench.download(res_out, hidden),
                    down_ref = bench.download(down, hidden);
-        for (bf* buffer : {res_out, down, qkv_g4}) CHECK(cudaMemset(buffer, 0, hidden * 2));
+        CHECK(cudaMemset(res_out, 0, hidden * 2));
+        CHECK(cudaMemset(down, 0, hidden * 2));
         CHECK(cudaMemset(qkv_g4, 0, qkv_rows * 2));
         layer_tail(0, qkv_g4);
         bench.sync();
