@@ -1,8 +1,10 @@
-// A decode layer's MLP as one persistent kernel: the question a persistent layer (or step) kernel
-// hangs on is whether a grid-wide barrier between two dependent GEMVs costs less than the kernel
-// boundary g4 has there. Every block of the kernel is resident at once (the host sizes the grid
-// from the occupancy), loops over the GEMV work g4's blocks would have done, and meets the others
-// at a barrier in software where g4 ends one kernel and starts the next.
+// Stages of a decode layer as one persistent kernel (chain_bench's candidates): the MLP's two
+// GEMVs, those with the norm before them, and the layer from its o GEMV to the next layer's q/k/v
+// GEMV. The question a persistent layer (or step) kernel hangs on is whether a grid-wide barrier
+// between two dependent stages costs less than the kernel boundary g4 has there. Every block of
+// such a kernel is resident at once (the host sizes the grid from the occupancy), loops over the
+// GEMV work g4's blocks would have done, and meets the others at a barrier in software where g4
+// ends one kernel and starts the next.
 //
 // The GEMV work is g4's (gemv.cuh's gemv_partials for one row of X): the same warps per output
 // column splitting K the same way, the same loads a lane, the sums in the same order, so the
