@@ -169,24 +169,34 @@ __device__ __forceinline__ float block_inv_rms(const bf* row, int cols, float ep
     return 1.0f / sqrtf(g4_block_sum(sum) / cols + eps);
 }
 
+// residual + rms_norm(branch)·w, each element as `combine(residual, branch, 1 / rms, w)` rounds
+// it, by this block alone into `y` (shared memory), and to `out` where given.
+template <typename Combine>
+__device__ void block_add_normed(const bf* residual, const bf* branch, const bf* w, bf* out, bf* y, int cols,
+                                 float eps, Combine combine) {
+    const float inv_branch = block_inv_rms(branch, cols, eps);
+    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
+        float b[4], r[4], wf[4];
+        load4(branch, quad, b);
+        load4(residual, quad, r);
+        load4(w, quad, wf);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) r[e] = combine(r[e], b[e], inv_branch, wf[e]);
+        store4(y, quad, r);
+        if (out) store4(out, quad, r);
+    }
+    __syncthreads();
+}
+
 // dual_rms_norm_plus_res (norms.cu) of one row, computed by this block alone into `y` (shared
 // memory): residual + rms_norm(branch)·w1 becomes the new residual (written to `out_residual`
 // where given), and y its rms_norm·w2. The same roundings as g4's kernel; its sums over the row
 // are in another order (another block size), so y may differ from g4's in a last bit.
 __device__ void block_dual_norm(const bf* residual, const bf* branch, const bf* w1, const bf* w2, bf* out_residual,
                                 bf* y, int cols, float eps) {
-    const float inv_branch = block_inv_rms(branch, cols, eps);
-    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
-        float b[4], r[4], w[4];
-        load4(branch, quad, b);
-        load4(residual, quad, r);
-        load4(w1, quad, w);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) r[e] = residual_after<bf>(r[e], b[e], inv_branch, w[e], 1.0f);
-        store4(y, quad, r);
-        if (out_residual) store4(out_residual, quad, r);
-    }
-    __syncthreads();
+    block_add_normed(residual, branch, w1, out_residual, y, cols, eps, [](float r, float b, float inv, float w) {
+        return residual_after<bf>(r, b, inv, w, 1.0f);
+    });
     const float inv_residual = block_inv_rms(y, cols, eps);
     for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
         float r[4], w[4];
@@ -222,18 +232,8 @@ __global__ void __launch_bounds__(PERSISTENT_THREADS, PERSISTENT_BLOCKS_PER_SM)
 // shared memory, and to `out` where given. Its sum over the row is in another order than g4's.
 __device__ void block_norm_plus_add(const bf* residual, const bf* x, const bf* w, bf* out, bf* y, int cols,
                                     float eps) {
-    const float inv = block_inv_rms(x, cols, eps);
-    for (int quad = threadIdx.x; quad < cols / 4; quad += blockDim.x) {
-        float b[4], r[4], wf[4];
-        load4(x, quad, b);
-        load4(residual, quad, r);
-        load4(w, quad, wf);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) r[e] = r[e] + g4_round<bf>(b[e] * inv * wf[e]);
-        store4(y, quad, r);
-        if (out) store4(out, quad, r);
-    }
-    __syncthreads();
+    block_add_normed(residual, x, w, out, y, cols, eps,
+                     [](float r, float b, float inv, float wf) { return r + g4_round<bf>(b * inv * wf); });
 }
 
 // A decode layer from its attention's output to the next layer's q/k/v, g4's kernels for it
