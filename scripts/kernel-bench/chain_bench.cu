@@ -147,12 +147,17 @@ int main(int argc, char** argv) {
     };
     const auto norm_persistent_kernel = down_geo.entry == 2 ? persistent_norm_mlp<G4_GEMV_LONG_BATCH>
                                                             : persistent_norm_mlp<G4_GEMV_NARROW_BATCH>;
-    int resident = 0, norm_resident = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, persistent_kernel(true), PERSISTENT_THREADS, 0));
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&norm_resident, norm_persistent_kernel, PERSISTENT_THREADS,
-                                                        0));
-    const int persistent_grid = resident * bench.sms;
-    bf* res_next = bench.filled(hidden);
+    // A persistent kernel's grid: as many blocks as can all be resident at once.
+    auto resident_grid = [&](auto kernel) {
+        int per_sm = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, PERSISTENT_THREADS, 0));
+        return per_sm * bench.sms;
+    };
+    const int persistent_grid = resident_grid(persistent_kernel(true)),
+              norm_grid = resident_grid(norm_persistent_kernel);
+    // The residual after the attention block, where a persistent candidate writes it: in its own
+    // buffer, as every block reads the old one.
+    bf* res_mid = bench.filled(hidden);
     GridBarrier* barriers = bench.alloc<GridBarrier>(layers);
     CHECK(cudaMemset(barriers, 0, layers * sizeof(GridBarrier)));
     // The MLP's two GEMVs, from the dual norm's `normed` to `down`.
@@ -183,11 +188,23 @@ int main(int argc, char** argv) {
                 return dual(g4_dual_rms_norm_plus_res_few_rows_bf16, hidden / 8);
         }
     };
-    // The dual norm before the MLP and its two GEMVs as one persistent kernel: the new residual
-    // goes to its own buffer, as every block reads the old one.
+    // The layer's end: after the MLP's down projection onto `residual`, (E4B) the per-layer input's
+    // stage, then the dual norm that writes the next residual and the next layer's q/k/v input.
+    auto layer_end = [&](Norm norm_kind, Ple ple_kind, int l, const bf* residual, bf* out_residual, bf* out_y) {
+        if (!ple) return norm(norm_kind, residual, down, out_residual, out_y);
+        if (ple_kind == PLE_ALL) {
+            launch_kernel(true, bench.stream, 1, plain_threads, g4_rms_norm_plus_add_bf16, residual,
+                          (const bf*)down, (const bf*)norm_w, after_mlp, hidden, 1e-6f);
+            gelu_mul(pg_geo, after_mlp, wpg[l], ple_in, ple_act, ple, hidden);
+            linear(pp_geo, ple_act, wpp[l], ple_out, hidden, ple);
+        }
+        if (ple_kind == PLE_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
+        norm(norm_kind, after_mlp, ple_out, out_residual, out_y);
+    };
+    // The dual norm before the MLP and its two GEMVs as one persistent kernel.
     auto fused_norm_mlp = [&](int l) {
-        launch_kernel(true, bench.stream, norm_resident * bench.sms, PERSISTENT_THREADS, norm_persistent_kernel,
-                      (const bf*)res, (const bf*)o, (const bf*)norm_w, (const bf*)norm_w, res_next,
+        launch_kernel(true, bench.stream, norm_grid, PERSISTENT_THREADS, norm_persistent_kernel, (const bf*)res,
+                      (const bf*)o, (const bf*)norm_w, (const bf*)norm_w, res_mid,
                       (const bf*)wgu[l], act, (const bf*)wd[l], down, width, hidden, gu_geo.wpc, down_geo.wpc,
                       barriers + l);
     };
@@ -205,24 +222,24 @@ int main(int argc, char** argv) {
             const bool same = bench.download(act, width) == act_g4 && bench.download(down, hidden) == down_g4;
             printf("persistent MLP (%s, %d blocks of %d threads, %d a multiprocessor): %s g4's bits\n",
                    kind == MLP_PERSISTENT ? "down weights before the wait" : "wait first", persistent_grid,
-                   PERSISTENT_THREADS, resident, same ? "the same as" : "NOT the same as");
+                   PERSISTENT_THREADS, persistent_grid / bench.sms, same ? "the same as" : "NOT the same as");
             if (!same) wrong = true;
         }
         // Folding the norm in sums the row in another order: a last bit of the residual or of y
         // may differ, and with it the outputs by about a bf16 rounding.
-        norm(NORM_G4, res, o, res_next, normed);
+        norm(NORM_G4, res, o, res_mid, normed);
         mlp(MLP_G4, 0);
         bench.sync();
-        const auto res_g4 = bench.download(res_next, hidden), fused_g4 = bench.download(down, hidden);
-        CHECK(cudaMemset(res_next, 0, hidden * 2));
+        const auto res_g4 = bench.download(res_mid, hidden), fused_g4 = bench.download(down, hidden);
+        CHECK(cudaMemset(res_mid, 0, hidden * 2));
         CHECK(cudaMemset(down, 0, hidden * 2));
         fused_norm_mlp(0);
         bench.sync();
-        const double residual_diff = max_relative_difference(bench.download(res_next, hidden), res_g4),
+        const double residual_diff = max_relative_difference(bench.download(res_mid, hidden), res_g4),
                      down_diff = max_relative_difference(bench.download(down, hidden), fused_g4);
         printf("persistent MLP with the dual norm folded in (%d blocks): largest relative difference from g4's "
                "kernels: residual %.2e, down %.2e\n",
-               norm_resident * bench.sms, residual_diff, down_diff);
+               norm_grid, residual_diff, down_diff);
         if (residual_diff > 2e-2 || down_diff > 2e-2) wrong = true;
     }
     {
@@ -247,9 +264,8 @@ int main(int argc, char** argv) {
     // where g4 loads 8; the sums' order is the same).
     const auto tail_kernel = e4b ? persistent_layer_tail<G4_GEMV_NARROW_BATCH, G4_GEMV_LONG_BATCH, G4_GEMV_NARROW_BATCH>
                                  : persistent_layer_tail<G4_GEMV_NARROW_BATCH, G4_GEMV_NARROW_BATCH, G4_GEMV_PAIR_BATCH>;
-    int tail_resident = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&tail_resident, tail_kernel, PERSISTENT_THREADS, 0));
-    bf *res_mid = bench.filled(hidden), *res_out = bench.filled(hidden);
+    const int tail_grid = resident_grid(tail_kernel);
+    bf* res_out = bench.filled(hidden);
     auto layer_tail = [&](int l, bf* qkv_out) {
         LayerTail a = {};
         a.attn = attn, a.w_o = wo[l], a.o = o, a.o_wpc = o_geo.wpc;
@@ -263,7 +279,7 @@ int main(int argc, char** argv) {
         a.w_qkv = wq[(l + 1) % layers], a.qkv = qkv_out, a.qkv_wpc = qkv_geo.wpc;
         a.hidden = hidden, a.attn_cols = attn_cols, a.width = width, a.qkv_rows = qkv_rows;
         a.barrier = barriers + l;
-        launch_kernel(true, bench.stream, tail_resident * bench.sms, PERSISTENT_THREADS, tail_kernel, a);
+        launch_kernel(true, bench.stream, tail_grid, PERSISTENT_THREADS, tail_kernel, a);
     };
     {
         // g4's kernels for the same stages, into the same buffers; the norms' sums are in another
@@ -272,16 +288,7 @@ int main(int argc, char** argv) {
         linear(o_geo, attn, wo[0], o, hidden, attn_cols);
         norm(NORM_G4, res, o, res_mid, normed);
         mlp(MLP_G4, 0);
-        const bf* end_residual = res_mid;
-        const bf* end_branch = down;
-        if (ple) {
-            launch_kernel(true, bench.stream, 1, plain_threads, g4_rms_norm_plus_add_bf16, (const bf*)res_mid,
-                          (const bf*)down, (const bf*)norm_w, after_mlp, hidden, 1e-6f);
-            gelu_mul(pg_geo, after_mlp, wpg[0], ple_in, ple_act, ple, hidden);
-            linear(pp_geo, ple_act, wpp[0], ple_out, hidden, ple);
-            end_residual = after_mlp, end_branch = ple_out;
-        }
-        norm(NORM_G4, end_residual, end_branch, res_out, normed_next);
+        layer_end(NORM_G4, PLE_ALL, 0, res_mid, res_out, normed_next);
         linear(qkv_geo, normed_next, wq[1], qkv_g4, qkv_rows, hidden);
         bench.sync();
         const auto qkv_ref = bench.download(qkv_g4, qkv_rows), res_ref = bench.download(res_out, hidden),
@@ -296,7 +303,7 @@ int main(int argc, char** argv) {
                      qkv_diff = max_relative_difference(bench.download(qkv_g4, qkv_rows), qkv_ref);
         printf("persistent layer tail (%d blocks): largest relative difference from g4's kernels: down %.2e, "
                "residual %.2e, next q/k/v %.2e\n\n",
-               tail_resident * bench.sms, down_diff, res_diff, qkv_diff);
+               tail_grid, down_diff, res_diff, qkv_diff);
         if (down_diff > 2e-2 || res_diff > 2e-2 || qkv_diff > 2e-2) wrong = true;
     }
     // Layer l's attention stage, from its q/k/v projection's output to attention's.
@@ -324,19 +331,6 @@ int main(int argc, char** argv) {
                               last_slot, cache_rows);
         }
     };
-    // The layer's end: after the MLP's down projection, (E4B) the per-layer input's stage, then the
-    // dual norm that feeds the next layer's q/k/v GEMV.
-    auto layer_end = [&](Norm norm_kind, Ple ple_kind, int l) {
-        if (!ple) return norm(norm_kind, res, down, x, normed);
-        if (ple_kind == PLE_ALL) {
-            launch_kernel(true, bench.stream, 1, plain_threads, g4_rms_norm_plus_add_bf16, (const bf*)res,
-                          (const bf*)down, (const bf*)norm_w, after_mlp, hidden, 1e-6f);
-            gelu_mul(pg_geo, after_mlp, wpg[l], ple_in, ple_act, ple, hidden);
-            linear(pp_geo, ple_act, wpp[l], ple_out, hidden, ple);
-        }
-        if (ple_kind == PLE_EMPTY) launch_kernel(true, bench.stream, 1, 128, empty_stage);
-        norm(norm_kind, after_mlp, ple_out, x, normed);
-    };
     auto step = [&](Norm norm_kind, Attn attn_kind, int splits, Ple ple_kind, Mlp mlp_kind) {
         for (int l = 0; l < layers; ++l) {
             if (mlp_kind == LAYER_TAIL_PERSISTENT) {
@@ -354,7 +348,7 @@ int main(int argc, char** argv) {
                 norm(norm_kind, res, o, res, normed);
                 mlp(mlp_kind, l);
             }
-            layer_end(norm_kind, ple_kind, l);
+            layer_end(norm_kind, ple_kind, l, res, x, normed);
         }
     };
     struct Variant {
