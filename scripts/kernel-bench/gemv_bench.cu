@@ -5,8 +5,12 @@
 // and GB/s; every variant's output is compared with g4's choice. Then the gate/up GEMV with its
 // GeGLU epilogue (linear_gelu_mul's single-row kernel) at E4B's and 31B's widths: packed and
 // interleaved weight rows, batches of 8 and 6 loads, asked-for occupancy, beside the plain GEMV.
+// Both beside even_split_gemv.cuh's candidate: the weight's bytes split evenly over a grid that
+// fits at once (`even_b8`, `even_b4`: loads a lane keeps in flight, at 3 and 4 blocks of 8 warps
+// asked of a multiprocessor; `_4blocks`, `_5blocks`: more blocks asked).
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/gemv.cuh"
+#include "even_split_gemv.cuh"
 
 template <int BATCH>
 __global__ void gemv_one_row(const bf* x, const bf* w, bf* y, int n, int k, int warps_per_col) {
@@ -104,7 +108,27 @@ __global__ void gelu_mul_interleaved(const bf* x, const bf* w, bf* y, int d, int
 // The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's single-row launch: one output's
 // gate and up warps in a block) beside the same kernel over interleaved rows and beside the
 // plain GEMV of the same bytes (g4's geometry for 2d columns).
-static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y) {
+// Blocks of `kernel` (256 threads) that fit on the GPU at once.
+template <typename Kernel> static int resident_blocks(const Bench& bench, Kernel kernel) {
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+    return per_sm * bench.sms;
+}
+
+// even_split_gemv's scratch, sized for the widest shape (E4B's head).
+struct EvenSplitScratch {
+    float* partials;
+    unsigned* arrivals;
+    explicit EvenSplitScratch(Bench& bench) {
+        const size_t columns = 262144;
+        partials = bench.alloc<float>(columns * EVEN_SPLIT_MAX_PARTS);
+        arrivals = bench.alloc<unsigned>(columns);
+        CHECK(cudaMemset(arrivals, 0, columns * sizeof(unsigned)));
+    }
+};
+
+static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y,
+                          const EvenSplitScratch& scratch) {
     const Shape shapes[] = {{"e4b.gate_up", 20480, 2560}, {"31b.gate_up", 43008, 5376}};
     printf("\ngate/up with the GeGLU epilogue, one row: us per launch (GB/s) [the column candidates' max rel. "
            "difference from packed]\n");
@@ -148,6 +172,12 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         columns("cols2_b8", 2, 8, gelu_mul_columns<2, 8>);
         columns("cols4_b2", 4, 2, gelu_mul_columns<4, 2>);
         columns("cols4_b4", 4, 4, gelu_mul_columns<4, 4>);
+        {
+            auto kernel = gemv_even_split<8, true, 3>;
+            const int blocks = resident_blocks(bench, kernel);
+            const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
+            time("cols_even_b8", [&](const bf* w) { kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split); });
+        }
         time("plain_gemv", [&](const bf* w) {
             gemv_one_row<8><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
         });
@@ -176,6 +206,7 @@ int main() {
     bf* pool = bench.filled(pool_bytes / 2);
     bf* x = bench.filled(32768);
     bf* y = bench.alloc<bf>(1 << 19);
+    const EvenSplitScratch scratch(bench);
     std::vector<uint16_t> reference, got;
     printf("%-13s %8s | us per launch (GB/s), [max rel. difference from g4's choice]\n", "shape", "MB");
     for (const Shape& sh : shapes) {
@@ -217,6 +248,17 @@ int main() {
                                     gemv_one_row_bounded<<<g.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, g.second);
                                 }});
         }
+        auto add_even = [&](std::string name, auto kernel) {
+            const int blocks = resident_blocks(bench, kernel);
+            const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
+            variants.push_back({name, [=, &bench](const bf* w) {
+                                    kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split);
+                                }});
+        };
+        add_even("even_b8", gemv_even_split<8, false, 3>);
+        add_even("even_b4", gemv_even_split<4, false, 4>);
+        add_even("even_b8_4blocks", gemv_even_split<8, false, 4>);
+        add_even("even_b4_5blocks", gemv_even_split<4, false, 5>);
         variants.push_back({"2cols", [&](const bf* w) {
                                 const int blocks = ((sh.n + 1) / 2 + 3) / 4;
                                 two_columns_per_warp<<<blocks, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k);
@@ -237,6 +279,6 @@ int main() {
         }
         printf("\n");
     }
-    gate_up_pairs(bench, pool, pool_bytes, x, y);
+    gate_up_pairs(bench, pool, pool_bytes, x, y, scratch);
     return 0;
 }
