@@ -16,8 +16,8 @@ for line in open(sys.argv[1]):
         print(line.rstrip()[:160]); continue
     shape, rest = line.split('|', 1)
     cells = dict((m.group(1), m.group(2)) for m in re.finditer(r' (\S+) ([\d.]+) \(', rest))
-    keep = ['g4', 'packed', 'read', 'even_b8', 'even_b4', 'even_b8_4blocks', 'even_b4_5blocks', 'cols_even_b8']
+    keep = ['g4', 'packed', 'read']
     print(shape.split()[0], ' '.join(f'{k}={cells[k]}' for k in keep if k in cells),
-          ' '.join(re.findall(r'(even\S* [\d.]+ \(\d+\) \[[^\]]*\])', rest)))
+          ' '.join(re.findall(r'(\S*even\S* [\d.]+ \(\d+\) \[[^\]]*\])', rest)))
 PY
 echo "elapsed $SECONDS s"

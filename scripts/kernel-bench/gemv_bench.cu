@@ -121,7 +121,7 @@ struct EvenSplitScratch {
     unsigned* arrivals;
     explicit EvenSplitScratch(Bench& bench) {
         const size_t columns = 262144;
-        partials = bench.alloc<float>(columns * EVEN_SPLIT_MAX_PARTS);
+        partials = bench.alloc<float>(columns * G4_EVEN_SPLIT_MAX_PARTS);
         arrivals = bench.alloc<unsigned>(columns);
         CHECK(cudaMemset(arrivals, 0, columns * sizeof(unsigned)));
     }
@@ -172,12 +172,14 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         columns("cols2_b8", 2, 8, gelu_mul_columns<2, 8>);
         columns("cols4_b2", 4, 2, gelu_mul_columns<4, 2>);
         columns("cols4_b4", 4, 4, gelu_mul_columns<4, 4>);
-        {
-            auto kernel = gemv_even_split<8, true, 3>;
+        auto even = [&](const char* name, auto kernel) {
             const int blocks = resident_blocks(bench, kernel);
             const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
-            time("cols_even_b8", [&](const bf* w) { kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split); });
-        }
+            time(name, [&](const bf* w) { kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split); });
+        };
+        even("cols_even_b8", gemv_even_split_bench<8, true, 3>);
+        even("cols_even_b8_4blocks", gemv_even_split_bench<8, true, 4>);
+        even("cols_even_b4_5blocks", gemv_even_split_bench<4, true, 5>);
         time("plain_gemv", [&](const bf* w) {
             gemv_one_row<8><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
         });
@@ -255,10 +257,10 @@ int main() {
                                     kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split);
                                 }});
         };
-        add_even("even_b8", gemv_even_split<8, false, 3>);
-        add_even("even_b4", gemv_even_split<4, false, 4>);
-        add_even("even_b8_4blocks", gemv_even_split<8, false, 4>);
-        add_even("even_b4_5blocks", gemv_even_split<4, false, 5>);
+        add_even("even_b8", gemv_even_split_bench<8, false, 3>);
+        add_even("even_b4", gemv_even_split_bench<4, false, 4>);
+        add_even("even_b8_4blocks", gemv_even_split_bench<8, false, 4>);
+        add_even("even_b4_5blocks", gemv_even_split_bench<4, false, 5>);
         variants.push_back({"2cols", [&](const bf* w) {
                                 const int blocks = ((sh.n + 1) / 2 + 3) / 4;
                                 two_columns_per_warp<<<blocks, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k);
