@@ -3,8 +3,9 @@
 # even split; g4-new: the even-split decode GEMV for one row over W of 16 MiB or more, `linear`
 # and packed `linear_gelu_mul`) and gemv_bench.xz (the candidate at several batches and register
 # budgets beside g4's column-per-block GEMV and a plain read, every projection shape).
-# Then with g4-new: probe-ops for both ops (checked against f64; --perf on linear), the goldens
-# (graph decode); E4B bf16 tg128 and 31B bf16 tg64, graph decode, -r 3, base/new alternated.
+# Then with g4-new: probe-ops for both ops (checked against f64), the goldens (graph decode);
+# 31B bf16 tg64, then E4B bf16 tg128, graph decode, -r 3, base/new alternated, each bench only
+# while the call's time lasts (two failed starts had left 661 s of the budget).
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
@@ -22,29 +23,24 @@ for line in open(sys.argv[1]):
     print(shape.split()[0], ' '.join(f'{k}={cells[k]}' for k in ('g4', 'packed', 'read') if k in cells),
           ' '.join(re.findall(r'(\S*even\S* [\d.]+ \(\d+\) \[[^\]]*\])', rest)))
 PY
-[ -d /tmp/g4-e4b ] || python3 scripts/e4b_reference.py build /tmp/g4-e4b > /tmp/build.log 2>&1 &
+python3 scripts/e4b_reference.py build /tmp/g4-31b --preset 31b > /tmp/build31.log 2>&1 &
 for op in linear linear_gelu_mul; do
-  perf=""; [ $op = linear ] && perf="--perf"
-  timeout 150 /tmp/bins/g4-new probe-ops --device cuda --op $op $perf > $OUT/probe-$op.txt 2>&1; echo "probe $op exit $?"
-  grep -v "^ *$" $OUT/probe-$op.txt | tail -12
+  timeout 100 /tmp/bins/g4-new probe-ops --device cuda --op $op > $OUT/probe-$op.txt 2>&1; echo "probe $op exit $?"
+  grep -v "^ *$" $OUT/probe-$op.txt | tail -8
 done
-timeout 120 /tmp/bins/g4-new verify-golden --device cuda --decode graph > $OUT/goldens.txt 2>&1; echo "goldens (graph) exit $?"; tail -1 $OUT/goldens.txt
+timeout 60 /tmp/bins/g4-new verify-golden --device cuda --decode graph > $OUT/goldens.txt 2>&1; echo "goldens (graph) exit $?"; tail -1 $OUT/goldens.txt
 wait
 bench() { # model tests binary round
-  timeout 150 /tmp/bins/$3 bench --model /tmp/g4-$1 --device cuda --dtype bf16 --tests $2 --decode graph -r 3 --json > $OUT/$1-$3-$4.json 2> /tmp/e.err || tail -3 /tmp/e.err
+  [ $SECONDS -lt $4 ] || { echo "skipped $1 $3 round $5: $SECONDS s"; return; }
+  timeout 100 /tmp/bins/$3 bench --model /tmp/g4-$1 --device cuda --dtype bf16 --tests $2 --decode graph -r 3 --json > $OUT/$1-$3-$5.json 2> /tmp/e.err || tail -3 /tmp/e.err
   python3 -c "
-import json; j=json.load(open('$OUT/$1-$3-$4.json'))
-print('$1 round $4 %-7s ' % '$3', ', '.join('%s %.2f ± %.2f' % (x['measurement']['test'], x['measurement']['tokens_per_s_mean'], x['measurement']['tokens_per_s_stddev']) for x in j['results']))"
+import json; j=json.load(open('$OUT/$1-$3-$5.json'))
+print('$1 round $5 %-7s ' % '$3', ', '.join('%s %.2f ± %.2f' % (x['measurement']['test'], x['measurement']['tokens_per_s_mean'], x['measurement']['tokens_per_s_stddev']) for x in j['results']))"
 }
-for r in 1 2; do
-  if [ $r = 1 ]; then order="g4-base g4-new"; else order="g4-new g4-base"; fi
-  for b in $order; do bench e4b tg128 $b $r; done
-done
 echo "elapsed $SECONDS s"
-rm -rf /tmp/g4-e4b
-python3 scripts/e4b_reference.py build /tmp/g4-31b --preset 31b > /tmp/build31.log 2>&1 || tail -3 /tmp/build31.log
-for r in 1 2; do
-  if [ $r = 1 ]; then order="g4-base g4-new"; else order="g4-new g4-base"; fi
-  for b in $order; do bench 31b tg64 $b $r; done
-done
+bench 31b tg64 g4-base 330 1; bench 31b tg64 g4-new 360 1; bench 31b tg64 g4-new 290 2; bench 31b tg64 g4-base 330 2
+rm -rf /tmp/g4-31b
+echo "elapsed $SECONDS s"
+[ $SECONDS -lt 330 ] && python3 scripts/e4b_reference.py build /tmp/g4-e4b > /tmp/build.log 2>&1
+bench e4b tg128 g4-base 370 1; bench e4b tg128 g4-new 385 1; bench e4b tg128 g4-new 370 2; bench e4b tg128 g4-base 385 2
 echo "elapsed $SECONDS s"
