@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Stop 61, call 3 (271 s of the budget left: s61c2's kernel half only). Payload
+# target/s61c3/bins.tar.xz: g4-new (8a4c914's sources, the even-split decode GEMV) and gemv_bench.
+# gemv_bench first (the even split beside g4's GEMV and a plain read on every projection shape),
+# then probe-ops on both ops with g4-new (checked against f64), then the goldens.
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name --format=csv,noheader
+mkdir -p /tmp/bins
+python3 -c "import lzma,tarfile; tarfile.open(fileobj=lzma.open('target/s61c3/bins.tar.xz')).extractall('/tmp/bins')"
+chmod +x /tmp/bins/*
+timeout 30 /tmp/bins/gemv_bench > $OUT/gemv.txt 2>&1; echo "gemv exit $?"
+python3 - $OUT/gemv.txt <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    if '|' not in line or line.startswith('shape'):
+        print(line.rstrip()[:160]); continue
+    shape, rest = line.split('|', 1)
+    cells = dict((m.group(1), m.group(2)) for m in re.finditer(r' (\S+) ([\d.]+) \(', rest))
+    print(shape.split()[0], ' '.join(f'{k}={cells[k]}' for k in ('g4', 'packed', 'read') if k in cells),
+          ' '.join(re.findall(r'(\S*even\S* [\d.]+ \(\d+\) \[[^\]]*\])', rest)))
+PY
+for op in linear linear_gelu_mul; do
+  timeout 25 /tmp/bins/g4-new probe-ops --device cuda --op $op > $OUT/probe-$op.txt 2>&1; echo "probe $op exit $?"
+  grep -v "^ *$" $OUT/probe-$op.txt | tail -6
+done
+timeout 20 /tmp/bins/g4-new verify-golden --device cuda --decode graph > $OUT/goldens.txt 2>&1; echo "goldens (graph) exit $?"; tail -1 $OUT/goldens.txt
+echo "elapsed $SECONDS s"
