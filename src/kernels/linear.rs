@@ -69,82 +69,6 @@ const NARROW_LOADS_PER_LANE: usize = 4;
 const LONG_K_WARPS_PER_BLOCK: usize = 8;
 const LONG_K_LOADS_PER_LANE: usize = 6;
 
-/// Decode's single row over a weight of at least this many 16-byte vectors (16 MiB) reads W split
-/// evenly over a grid that fits on the GPU at once (`_even`, gemv.cuh's `gemv_even_split`), where
-/// the column-per-block GEMV ends in a ragged last wave.
-const EVEN_SPLIT_MIN_VECTORS: usize = 1 << 20;
-/// The even split's scratch holds this many columns (the widest weight: Gemma-4's tied head).
-const EVEN_SPLIT_MAX_COLUMNS: usize = 262_144;
-/// `G4_EVEN_SPLIT_MAX_PARTS` and `G4_EVEN_SPLIT_THREADS` (gemv.cuh).
-const EVEN_SPLIT_MAX_PARTS: usize = 8;
-const EVEN_SPLIT_THREADS: usize = 256;
-
-/// An even-split launch: the grid, each warp's share of W's vectors, and the scratch where split
-/// columns meet (`partials`, and `arrivals`, which the kernel leaves at zero).
-pub(super) struct EvenSplit {
-    pub grid: Grid,
-    pub share: usize,
-    pub partials: Tensor,
-    pub arrivals: Tensor,
-}
-
-/// The even split of `n` columns of `vectors` 16-byte vectors for kernel `kernel` on `device`,
-/// or `None` where the shape takes the column-per-block GEMV: W under 16 MiB, more columns than
-/// the scratch holds, or a column that is not a whole number of warp-wide loads.
-pub(super) fn even_split(
-    kernel: &str,
-    device: &Device,
-    n: usize,
-    vectors: usize,
-    lanes: usize,
-) -> Result<Option<EvenSplit>> {
-    let all = n * vectors;
-    if all < EVEN_SPLIT_MIN_VECTORS
-        || n > EVEN_SPLIT_MAX_COLUMNS
-        || all > i32::MAX as usize
-        || !vectors.is_multiple_of(lanes)
-    {
-        return Ok(None);
-    }
-    let blocks = native::resident_blocks(kernel, device, EVEN_SPLIT_THREADS as u32)?;
-    let warps_per_block = EVEN_SPLIT_THREADS / lanes;
-    let (partials, arrivals) = even_split_scratch(device)?;
-    Ok(Some(EvenSplit {
-        grid: Grid::of_warps(blocks, warps_per_block, lanes),
-        share: even_split_share(all, vectors, blocks * warps_per_block, lanes),
-        partials,
-        arrivals,
-    }))
-}
-
-/// Each of `warps` warps' share of `all` vectors: a whole number of warp-wide loads, at least
-/// wide enough that no column of `vectors` falls in more than `EVEN_SPLIT_MAX_PARTS` shares.
-fn even_split_share(all: usize, vectors: usize, warps: usize, lanes: usize) -> usize {
-    all.div_ceil(warps.max(1))
-        .max(vectors.div_ceil(EVEN_SPLIT_MAX_PARTS - 1))
-        .next_multiple_of(lanes)
-}
-
-/// The even split's scratch on `device`, made once: a column's parts (f32) and its arrival count
-/// (u32, zero between launches). Launches on one stream run one after another, so every GEMV
-/// shares it, and a captured graph may hold on to it.
-fn even_split_scratch(device: &Device) -> Result<(Tensor, Tensor)> {
-    use std::sync::Mutex;
-    static SCRATCH: Mutex<Vec<(Device, Tensor, Tensor)>> = Mutex::new(Vec::new());
-    let mut held = SCRATCH.lock().expect("even split scratch lock");
-    if let Some((_, partials, arrivals)) = held.iter().find(|(d, ..)| d.same_device(device)) {
-        return Ok((partials.clone(), arrivals.clone()));
-    }
-    let partials = Tensor::zeros(
-        EVEN_SPLIT_MAX_COLUMNS * EVEN_SPLIT_MAX_PARTS,
-        DType::F32,
-        device,
-    )?;
-    let arrivals = Tensor::zeros(EVEN_SPLIT_MAX_COLUMNS, DType::U32, device)?;
-    held.push((device.clone(), partials.clone(), arrivals.clone()));
-    Ok((partials, arrivals))
-}
-
 /// The dense GEMV's kernel for one shape: its entry point (a suffix of the kernel's name), the W
 /// loads each lane batches, and the warps of a block.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -172,25 +96,10 @@ fn native_fwd(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         return composed(x, w);
     }
     let (vectors, lanes) = (k / per_vector, warp_lanes(x.device()));
-    let out = empty((m, n), x.dtype(), x.device())?;
-    let even_kernel = kernel_name("linear_even", x.dtype())?;
-    if let (1, Some(split)) = (m, even_split(&even_kernel, x.device(), n, vectors, lanes)?) {
-        let args = [
-            Arg::Tensor(&rows),
-            Arg::Tensor(&w_rows),
-            Arg::Tensor(&out),
-            Arg::I32(n as i32),
-            Arg::I32(vectors as i32),
-            Arg::I32(split.share as i32),
-            Arg::Tensor(&split.partials),
-            Arg::Tensor(&split.arrivals),
-        ];
-        launch(&even_kernel, x.device(), split.grid, &args)?;
-        return out.reshape(out_shape);
-    }
     let gemv = dense_gemv(m, n, vectors, lanes);
     let (grid, warps_per_col) =
         gemv_geometry(n, vectors, lanes, gemv.loads_per_lane, gemv.warps_per_block);
+    let out = empty((m, n), x.dtype(), x.device())?;
     let args = [
         Arg::Tensor(&rows),
         Arg::Tensor(&w_rows),
@@ -334,19 +243,12 @@ const SHAPE_PATHS: &[ShapePath] = &[
                  per lane (K ≥ 8,192 in bf16, 4,096 in f32, on 32-lane warps)",
         path: "native GEMV, narrow, in 8-warp blocks (a batch of 6 where a lane's share is 5 or 6 \
                vectors)",
-        case: "M1 N256 K10240",
-    },
-    ShapePath {
-        shapes: "one row (decode), W of 16 MiB or more (2^20 16-byte vectors), at most 262,144 \
-                 columns of a whole number of warp-wide loads",
-        path: "native GEMV over W split evenly between the warps of a grid that fits at once; \
-               a column split between warps summed by the last to finish",
-        case: "M1 N8192 K4096",
+        case: "M1 N2560 K10240",
     },
     ShapePath {
         shapes: "one row (decode), more than 5,376 columns, K a whole number of 16-byte vectors",
         path: "native GEMV, one-row entry point",
-        case: "M1 N9000 K256",
+        case: "M1 N8192 K4096",
     },
     ShapePath {
         shapes: "2 to 8 rows, K a whole number of 16-byte vectors",
@@ -367,10 +269,9 @@ const SHAPE_PATHS: &[ShapePath] = &[
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode rows (the CUDA arm's GEMV, K whole vectors or not), a prefill block, a wide
-    // decode GEMV with 5 rows, one-row projections under 16 MiB (wide, narrow, narrow with a long
-    // K), then split evenly: E4B's down, 16 columns each split 8 ways, and last (the one
-    // `--perf` times) a decode GEMV of a model's size whose W (64 MiB in bf16) is larger
-    // than the L2 cache, so its time is HBM's.
+    // decode GEMV with 5 rows, narrow one-row projections of 26B-A4B's o and E4B's down, and last
+    // (the one `--perf` times) a decode GEMV of a model's size whose W (64 MiB in bf16) is
+    // larger than the L2 cache, so its time is HBM's.
     let shapes = [
         (1, 37, 64),
         (3, 130, 264),
@@ -378,11 +279,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (2, 19, 27),
         (24, 48, 96),
         (5, 9000, 200),
-        (1, 9000, 256),
-        (1, 1024, 4096),
-        (1, 256, 10240),
+        (1, 2816, 4096),
         (1, 2560, 10240),
-        (1, 16, 524_288),
         (1, 8192, 4096),
     ];
     matmul_cases(device, dtype, rng, &shapes)
@@ -444,33 +342,6 @@ mod tests {
                     );
                     assert!(grid.threads <= 1024 && grid.warps(lanes) <= 32);
                 }
-            }
-        }
-    }
-
-    /// The even split's shares are whole warp-wide loads, cover W with the warps given, and
-    /// leave no column in more than `EVEN_SPLIT_MAX_PARTS` of them (the kernel's slots).
-    #[test]
-    fn even_split_shares_cover_w_in_few_parts_a_column() {
-        for (n, vectors) in [
-            (5376, 2688),
-            (43008, 672),
-            (262_144, 320),
-            (16, 65536),
-            (32, 32768),
-        ] {
-            for (warps, lanes) in [(4224, 32), (5280, 32), (1056, 64)] {
-                let all = n * vectors;
-                let share = even_split_share(all, vectors, warps, lanes);
-                assert!(share.is_multiple_of(lanes), "{n} × {vectors}");
-                assert!(share * warps >= all, "{n} × {vectors} on {warps} warps");
-                let parts =
-                    |col: usize| (col * vectors + vectors - 1) / share - col * vectors / share + 1;
-                let most = (0..n).map(parts).max().unwrap_or(0);
-                assert!(
-                    most <= EVEN_SPLIT_MAX_PARTS,
-                    "{n} × {vectors}: {most} parts"
-                );
             }
         }
     }

@@ -138,25 +138,6 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Up::Given(up) => Some(up.contiguous()?),
     };
     let (vectors, lanes) = (k / per_vector, warp_lanes(x.device()));
-    let out = empty((m, d), x.dtype(), x.device())?;
-    *out_shape.last_mut().expect("rows_of appends N") = d;
-    if let (1, None, None) = (m, scale, &up) {
-        let even_kernel = kernel_name("linear_gelu_mul_even", x.dtype())?;
-        if let Some(split) = linear::even_split(&even_kernel, x.device(), n, vectors, lanes)? {
-            let args = [
-                Arg::Tensor(&rows),
-                Arg::Tensor(&w),
-                Arg::Tensor(&out),
-                Arg::I32(n as i32),
-                Arg::I32(vectors as i32),
-                Arg::I32(split.share as i32),
-                Arg::Tensor(&split.partials),
-                Arg::Tensor(&split.arrivals),
-            ];
-            launch(&even_kernel, x.device(), split.grid, &args)?;
-            return out.reshape(out_shape);
-        }
-    }
     let (kernel, (grid, warps_per_col)) = match scale {
         None => {
             let gemv = linear::dense_gemv(m, n, vectors, lanes);
@@ -195,6 +176,7 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
             ("fp8_gelu_mul".to_string(), geometry)
         }
     };
+    let out = empty((m, d), x.dtype(), x.device())?;
     let scale = scale
         .map(|s| s.to_dtype(DType::F32)?.contiguous())
         .transpose()?;
@@ -211,6 +193,7 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         Arg::I32(warps_per_col as i32),
     ]);
     launch(&kernel_name(&kernel, x.dtype())?, x.device(), grid, &args)?;
+    *out_shape.last_mut().expect("rows_of appends N") = d;
     out.reshape(out_shape)
 }
 
@@ -298,21 +281,14 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "one row, dense weights packed [gate ‖ up] that take `linear`'s even split \
-                 (16 MiB or more)",
-        path: "fused GEMV over W split evenly between the warps of a grid that fits at once; an \
-               output's product taken by the last warp to finish a part of its gate or up row",
-        case: "M1 D10240 K2560 packed dense",
-    },
-    ShapePath {
-        shapes: "one row, dense weights of up to 5,376 rows otherwise",
+        shapes: "one row, dense weights of up to 5,376 rows",
         path: "fused GEMV, narrow (`linear`'s narrow batch)",
-        case: "M1 D512 K2816 packed dense",
+        case: "M1 D2112 K2816 packed dense",
     },
     ShapePath {
-        shapes: "one row, dense weights of more rows otherwise",
+        shapes: "one row, dense weights of more rows",
         path: "fused GEMV, one-row entry point",
-        case: "M1 D3000 K256 packed dense",
+        case: "M1 D10240 K2560 packed dense",
     },
     ShapePath {
         shapes: "one row, e4m3 weights, K a multiple of 16 below 4,096",
@@ -359,10 +335,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // per-layer-input gate of E4B (256 × 2560, up given) in both weight formats, E4B's MLP
     // gate/up in e4m3, a prefill block of packed e4m3 (the Hopper GEMM's GeGLU epilogue, its
     // tiles part-filled; then one with enough outputs for wide tiles and a narrow last wave on
-    // 132 multiprocessors, an H100's or H200's), packed one-row dense weights under 16 MiB
-    // (narrow and wide), 26B-A4B's shared gate/up, 32 outputs whose rows are each split 8 ways,
+    // 132 multiprocessors, an H100's or H200's), 26B-A4B's shared gate/up (the narrow batch),
     // and last (the one `--perf` times) E4B's MLP gate/up, whose 105 MB of bf16 outgrow the L2
-    // cache (the last three split evenly).
+    // cache.
     let shapes = [
         (1, 5, 64, true, false),
         (3, 65, 264, true, false),
@@ -381,10 +356,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (1, 256, 2560, false, false),
         (1, 10240, 2560, true, true),
         (257, 10240, 16, true, true),
-        (1, 512, 2816, true, false),
-        (1, 3000, 256, true, false),
         (1, 2112, 2816, true, false),
-        (1, 32, 262_144, true, false),
         (1, 10240, 2560, true, false),
     ];
     shapes

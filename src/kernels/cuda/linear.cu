@@ -3,7 +3,7 @@
 #include "gemv.cuh"
 
 // One entry point for decode's single row (and two for its narrow projections: a short and a long
-// K), one for up to G4_GEMV_MAX_ROWS, and one for a single row over W split evenly (`_even`).
+// K), one for up to G4_GEMV_MAX_ROWS.
 #define G4_LINEAR(NAME, T)                                                                                                \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_linear_##NAME(const T* x, const T* w, T* y, int m, int n, int k,         \
                                                                int warps_per_col) {                                       \
@@ -24,12 +24,5 @@
                                                                             int k, int warps_per_col) {                   \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                       \
         gemv<T, DenseWeights<T>, 1, G4_GEMV_LONG_BATCH>(x, w, nullptr, y, m, n, k, warps_per_col);                        \
-    }                                                                                                                     \
-    extern "C" __global__ void G4_EVEN_SPLIT_BOUNDS g4_linear_even_##NAME(const T* x, const T* w, T* y, int n,            \
-                                                                          int vectors, int share, float* partials,        \
-                                                                          unsigned* arrivals) {                           \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                                       \
-        gemv_even_split<T, DenseWeights<T>, G4_EVEN_SPLIT_BATCH, false>(x, w, nullptr, y, n,                              \
-                                                                         EvenSplit{vectors, share, partials, arrivals});  \
     }
 G4_FOR_FLOAT_TYPES(G4_LINEAR)

@@ -4,11 +4,10 @@
 #include "gemv.cuh"
 
 // Per weight format: one entry point for up to G4_GEMV_MAX_ROWS rows and one or more for decode's
-// single row: dense weights `linear`'s (plain, narrow and long K, for the same shapes, and W
-// packed [gate ‖ up] split evenly, `_even`), e4m3 weights matmul_bt_fp8_channel's two
-// (gemv_columns_gelu_mul with 2 or 4 weight rows per warp group, picked per K as there;
-// fp8_gemv_bench, H100, stop 49, µs: E4B gate/up 25.50 with a group per output, 23.86 with 2
-// rows, 27.14 with 4).
+// single row: dense weights `linear`'s (plain, narrow and long K, for the same shapes), e4m3
+// weights matmul_bt_fp8_channel's two (gemv_columns_gelu_mul with 2 or 4 weight rows per warp
+// group, picked per K as there; fp8_gemv_bench, H100, stop 49, µs: E4B gate/up 25.50 with a
+// group per output, 23.86 with 2 rows, 27.14 with 4).
 // Dense single-row blocks hold an output's gate and up warps (8 warps at E4B's and 31B's widths),
 // and at a batch of 8 loads (56 registers) only 4 such blocks fit a multiprocessor: 32 warps in
 // flight where linear's 4-warp blocks keep 36. A batch of 6 (48 registers, 5 blocks) is all a
@@ -36,12 +35,6 @@
         const T* x, const T* w, const T* up, T* y, int m, int d, int k, int warps_per_col) {                               \
         G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
         gemv_gelu_mul<T, DenseWeights<T>, 1, G4_GEMV_LONG_BATCH>(x, w, nullptr, up, y, m, d, k, warps_per_col);            \
-    }                                                                                                                      \
-    extern "C" __global__ void G4_EVEN_SPLIT_BOUNDS g4_linear_gelu_mul_even_##NAME(                                         \
-        const T* x, const T* w, T* y, int n, int vectors, int share, float* partials, unsigned* arrivals) {                \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                                        \
-        gemv_even_split<T, DenseWeights<T>, G4_EVEN_SPLIT_BATCH, true>(x, w, nullptr, y, n,                                \
-                                                                        EvenSplit{vectors, share, partials, arrivals});    \
     }                                                                                                                      \
     extern "C" __global__ void G4_GEMV_BOUNDS g4_fp8_gelu_mul_##NAME(const T* x, const uint8_t* w, const float* scale,     \
                                                                      const T* up, T* y, int m, int d, int k,               \

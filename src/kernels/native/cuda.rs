@@ -253,39 +253,6 @@ fn overlaps_launches(dev: &candle_core::CudaDevice) -> Result<bool> {
     Ok(overlaps)
 }
 
-/// Blocks of `threads` threads of kernel `name` that `device` holds at once: the occupancy the
-/// driver computes from the kernel's registers and shared memory, times the multiprocessors.
-/// Asked once per (device, kernel, width).
-pub fn resident_blocks(name: &str, device: &Device, threads: u32) -> Result<usize> {
-    type Known = HashMap<(candle_core::cuda::DeviceId, String, u32), usize>;
-    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
-    let dev = cuda_device(device)?;
-    let key = (dev.id(), name.to_string(), threads);
-    if let Some(&blocks) = KNOWN
-        .get_or_init(Default::default)
-        .lock()
-        .expect("occupancy cache lock")
-        .get(&key)
-    {
-        return Ok(blocks);
-    }
-    let per_multiprocessor = function(dev, name)?
-        .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
-        .w()?;
-    let multiprocessors = dev
-        .cuda_stream()
-        .context()
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .w()?;
-    let blocks = per_multiprocessor as usize * multiprocessors.max(0) as usize;
-    KNOWN
-        .get_or_init(Default::default)
-        .lock()
-        .expect("occupancy cache lock")
-        .insert(key, blocks);
-    Ok(blocks)
-}
-
 /// `C' = α·A·Bᵀ + β·C` with cuBLAS on candle's handle; A `[M, K]`, B `[N, K]`, C `[M, N]`,
 /// all contiguous.
 pub fn gemm_bt_accumulate(

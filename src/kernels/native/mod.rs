@@ -562,19 +562,6 @@ pub fn launch_with_shared(
     }
 }
 
-/// Blocks of `threads` threads of kernel `name` that `device` holds at once (every
-/// multiprocessor filled to the kernel's occupancy).
-pub fn resident_blocks(name: &str, device: &Device, threads: u32) -> Result<usize> {
-    match device {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => cuda::resident_blocks(name, device, threads),
-        _ => {
-            let _ = threads;
-            candle_core::bail!("{name}: no native backend of this build drives {device:?}")
-        }
-    }
-}
-
 /// `α·A·Bᵀ + β·C` through the vendor BLAS (a new tensor; C is not modified).
 pub fn gemm_bt_accumulate(
     a: &Tensor,
