@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Stop 61, call 2. Payload target/s61c2: bins.tar.xz (g4-base: f429d55's build, main before the
-# even split; g4-new: the even-split decode GEMV for one row over W of 16 MiB or more, `linear`
-# and packed `linear_gelu_mul`) and gemv_bench (the candidate at several batches and register
-# budgets beside g4's column-per-block GEMV and a plain read, every projection shape).
+# Stop 61, call 2 (not run: no machine could be started). Payload target/s61c2/bins.tar.xz, one
+# xz stream with a 256 MiB dictionary so that the two stripped binaries share their bytes:
+# g4-base (main's build), g4-new (main with scripts/kernel-bench/even-split-in-g4.patch applied:
+# the even-split decode GEMV for one row over W of 16 MiB or more, `linear` and packed
+# `linear_gelu_mul`) and gemv_bench (the candidate at several batches and register budgets
+# beside g4's column-per-block GEMV and a plain read, every projection shape).
 # Then with g4-new: probe-ops for both ops (checked against f64), the goldens (graph decode);
 # 31B bf16 tg64, graph decode, -r 3, base/new alternated, each bench only
 # while the call's time lasts (failed starts had left 466 s of the budget:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stop 61, call 3 (271 s of the budget left: s61c2's kernel half only). Payload
-# target/s61c3/bins.tar.xz: g4-new (8a4c914's sources, the even-split decode GEMV) and gemv_bench.
+# Stop 61, call 3 (not run: 271 s of the budget left, too little to start a machine): s61c2's
+# kernel half only. Payload target/s61c3/bins.tar.xz: g4-new (main with
+# scripts/kernel-bench/even-split-in-g4.patch applied) and gemv_bench.
 # gemv_bench first (the even split beside g4's GEMV and a plain read on every projection shape),
 # then probe-ops on both ops with g4-new (checked against f64), then the goldens.
 set -u
