@@ -16,16 +16,7 @@ mkdir -p /tmp/bins
 python3 -c "import lzma,tarfile; tarfile.open(fileobj=lzma.open('target/s61c2/bins.tar.xz')).extractall('/tmp/bins')"
 chmod +x /tmp/bins/*
 timeout 40 /tmp/bins/gemv_bench > $OUT/gemv.txt 2>&1; echo "gemv exit $?"
-python3 - $OUT/gemv.txt <<'PY'
-import re, sys
-for line in open(sys.argv[1]):
-    if '|' not in line or line.startswith('shape'):
-        print(line.rstrip()[:160]); continue
-    shape, rest = line.split('|', 1)
-    cells = dict((m.group(1), m.group(2)) for m in re.finditer(r' (\S+) ([\d.]+) \(', rest))
-    print(shape.split()[0], ' '.join(f'{k}={cells[k]}' for k in ('g4', 'packed', 'read') if k in cells),
-          ' '.join(re.findall(r'(\S*even\S* [\d.]+ \(\d+\) \[[^\]]*\])', rest)))
-PY
+python3 scripts/kernel-bench/gemv_table.py $OUT/gemv.txt
 python3 scripts/e4b_reference.py build /tmp/g4-31b --preset 31b > /tmp/build31.log 2>&1 &
 for op in linear linear_gelu_mul; do
   timeout 60 /tmp/bins/g4-new probe-ops --device cuda --op $op > $OUT/probe-$op.txt 2>&1; echo "probe $op exit $?"
