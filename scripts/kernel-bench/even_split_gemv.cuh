@@ -8,7 +8,7 @@
 
 // Decode's one-row GEMV over W's bytes split evenly: W [n, k] read as one run of 16-byte
 // vectors, warp w of a grid that fits on the GPU at once reading vectors [w·share, (w+1)·share).
-// The column-per-block GEMV above ends in a ragged last wave: 31B's down projection is 5,376
+// gemv.cuh's column-per-block GEMV ends in a ragged last wave: 31B's down projection is 5,376
 // blocks over 660 resident slots, 8.15 waves, and the last wave's few blocks read alone, 10 %
 // behind a plain read of the bytes (stop 42). Here every warp finishes at about the same time.
 // `vectors` (a column's) and `share` are multiples of the warp width, so each of a warp's loads
@@ -116,7 +116,6 @@ __device__ void gemv_even_split(const T* x, const typename W::Stored* w, const f
     if (begin < end) finish(col, sum);
 }
 
-
 // One bf16 row; with GELU, W packed [gate ‖ up]. MIN_BLOCKS: blocks a multiprocessor is asked
 // to hold.
 template <int BATCH, bool GELU, int MIN_BLOCKS>
@@ -126,7 +125,7 @@ __global__ void __launch_bounds__(G4_EVEN_SPLIT_THREADS, MIN_BLOCKS)
     gemv_even_split<bf, DenseWeights<bf>, BATCH, GELU>(x, w, nullptr, y, n, split);
 }
 
-// A share of ⌈vectors / warps⌉ rounded up to 32 (the warp width), widened until no column has
+// Each warp's share of W's vectors: all of them over the warps, rounded up to 32 (the warp width), widened until no column has
 // more than G4_EVEN_SPLIT_MAX_PARTS parts.
 static EvenSplit even_split(int n, int k, int blocks, float* partials, unsigned* arrivals) {
     const int vectors = k / 8, warps = blocks * (G4_EVEN_SPLIT_THREADS / 32), all = n * vectors;

@@ -105,13 +105,10 @@ __global__ void gelu_mul_interleaved(const bf* x, const bf* w, bf* y, int d, int
     }
 }
 
-// The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's single-row launch: one output's
-// gate and up warps in a block) beside the same kernel over interleaved rows and beside the
-// plain GEMV of the same bytes (g4's geometry for 2d columns).
-// Blocks of `kernel` (256 threads) that fit on the GPU at once.
+// Blocks of `kernel` (G4_EVEN_SPLIT_THREADS wide) that fit on the GPU at once.
 template <typename Kernel> static int resident_blocks(const Bench& bench, Kernel kernel) {
     int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, G4_EVEN_SPLIT_THREADS, 0));
     return per_sm * bench.sms;
 }
 
@@ -127,6 +124,9 @@ struct EvenSplitScratch {
     }
 };
 
+// The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's single-row launch: one output's
+// gate and up warps in a block) beside the same kernel over interleaved rows and beside the
+// plain GEMV of the same bytes (g4's geometry for 2d columns).
 static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y,
                           const EvenSplitScratch& scratch) {
     const Shape shapes[] = {{"e4b.gate_up", 20480, 2560}, {"31b.gate_up", 43008, 5376}};
@@ -175,7 +175,7 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         auto even = [&](const char* name, auto kernel) {
             const int blocks = resident_blocks(bench, kernel);
             const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
-            time(name, [&](const bf* w) { kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split); });
+            time(name, [&](const bf* w) { kernel<<<blocks, G4_EVEN_SPLIT_THREADS, 0, bench.stream>>>(x, w, y, sh.n, split); });
         };
         even("cols_even_b8", gemv_even_split_bench<8, true, 3>);
         even("cols_even_b8_4blocks", gemv_even_split_bench<8, true, 4>);
@@ -254,7 +254,7 @@ int main() {
             const int blocks = resident_blocks(bench, kernel);
             const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
             variants.push_back({name, [=, &bench](const bf* w) {
-                                    kernel<<<blocks, 256, 0, bench.stream>>>(x, w, y, sh.n, split);
+                                    kernel<<<blocks, G4_EVEN_SPLIT_THREADS, 0, bench.stream>>>(x, w, y, sh.n, split);
                                 }});
         };
         add_even("even_b8", gemv_even_split_bench<8, false, 3>);
