@@ -134,6 +134,13 @@ struct Bench {
         read_bytes<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(data), vectors, sink);
     }
 
+    // Blocks of `kernel`, `threads` wide, that fit on the GPU at once (a persistent grid).
+    template <typename Kernel> int resident_blocks(Kernel kernel, int threads) const {
+        int per_sm = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+        return per_sm * sms;
+    }
+
     void sync() {
         CHECK(cudaStreamSynchronize(stream));
         CHECK(cudaGetLastError());

@@ -148,11 +148,7 @@ int main(int argc, char** argv) {
     const auto norm_persistent_kernel = down_geo.entry == 2 ? persistent_norm_mlp<G4_GEMV_LONG_BATCH>
                                                             : persistent_norm_mlp<G4_GEMV_NARROW_BATCH>;
     // A persistent kernel's grid: as many blocks as can all be resident at once.
-    auto resident_grid = [&](auto kernel) {
-        int per_sm = 0;
-        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, PERSISTENT_THREADS, 0));
-        return per_sm * bench.sms;
-    };
+    auto resident_grid = [&](auto kernel) { return bench.resident_blocks(kernel, PERSISTENT_THREADS); };
     const int persistent_grid = resident_grid(persistent_kernel(true)),
               norm_grid = resident_grid(norm_persistent_kernel);
     // The residual after the attention block, where a persistent candidate writes it: in its own

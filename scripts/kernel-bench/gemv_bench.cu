@@ -105,13 +105,6 @@ __global__ void gelu_mul_interleaved(const bf* x, const bf* w, bf* y, int d, int
     }
 }
 
-// Blocks of `kernel` (G4_EVEN_SPLIT_THREADS wide) that fit on the GPU at once.
-template <typename Kernel> static int resident_blocks(const Bench& bench, Kernel kernel) {
-    int per_sm = 0;
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, G4_EVEN_SPLIT_THREADS, 0));
-    return per_sm * bench.sms;
-}
-
 // even_split_gemv's scratch, sized for the widest shape (E4B's head).
 struct EvenSplitScratch {
     float* partials;
@@ -173,7 +166,7 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         columns("cols4_b2", 4, 2, gelu_mul_columns<4, 2>);
         columns("cols4_b4", 4, 4, gelu_mul_columns<4, 4>);
         auto even = [&](const char* name, auto kernel) {
-            const int blocks = resident_blocks(bench, kernel);
+            const int blocks = bench.resident_blocks(kernel, G4_EVEN_SPLIT_THREADS);
             const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
             time(name, [&](const bf* w) { kernel<<<blocks, G4_EVEN_SPLIT_THREADS, 0, bench.stream>>>(x, w, y, sh.n, split); });
         };
@@ -251,7 +244,7 @@ int main() {
                                 }});
         }
         auto add_even = [&](std::string name, auto kernel) {
-            const int blocks = resident_blocks(bench, kernel);
+            const int blocks = bench.resident_blocks(kernel, G4_EVEN_SPLIT_THREADS);
             const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
             variants.push_back({name, [=, &bench](const bf* w) {
                                     kernel<<<blocks, G4_EVEN_SPLIT_THREADS, 0, bench.stream>>>(x, w, y, sh.n, split);
