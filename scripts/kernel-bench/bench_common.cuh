@@ -25,15 +25,56 @@ typedef g4_bf16 bf;
         }                                                                                           \
     } while (0)
 
+// Loads of one 16-byte vector through other PTX `ld` qualifiers than a plain load's, to time
+// them against it: `no_l1` reads through the non-coherent path without allocating in L1
+// (`.nc.L1::no_allocate`), `prefetch_256` asks L2 to fetch 256 bytes around each miss
+// (`.L2::256B`), and `evict_first` marks the lines as the first to leave L2 (a cache policy).
+enum class LoadHint { plain, no_l1, prefetch_256, no_l1_prefetch_256, no_l1_prefetch_256_evict_first };
+
+template <LoadHint HINT>
+__device__ __forceinline__ uint4 load_with_hint(const uint4* p) {
+    uint4 v;
+    if constexpr (HINT == LoadHint::plain) {
+        v = *p;
+    } else if constexpr (HINT == LoadHint::no_l1) {
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+    } else if constexpr (HINT == LoadHint::prefetch_256) {
+        asm("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    } else if constexpr (HINT == LoadHint::no_l1_prefetch_256) {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+    } else {
+        // Hopper takes an L2 eviction priority on a 16-byte load only as a cache policy.
+        uint64_t policy;
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p), "l"(policy));
+    }
+    return v;
+}
+
+// A gemv.cuh weight decoder whose kernels load W with HINT's qualifiers (the decoders issue
+// their loads through `load`); everything else is g4's.
+template <typename Weights, LoadHint HINT>
+struct HintedLoads : Weights {
+    __device__ static uint4 load(const uint4* vector) { return load_with_hint<HINT>(vector); }
+};
+
+template <LoadHint HINT = LoadHint::plain>
 __global__ void read_bytes(const uint4* data, size_t vectors, float* sink) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     uint32_t acc = 0;
     for (; i + 3 * stride < vectors; i += 4 * stride) {
-        const uint4 a = data[i], b = data[i + stride], c = data[i + 2 * stride], d = data[i + 3 * stride];
+        const uint4 a = load_with_hint<HINT>(data + i), b = load_with_hint<HINT>(data + i + stride),
+                    c = load_with_hint<HINT>(data + i + 2 * stride), d = load_with_hint<HINT>(data + i + 3 * stride);
         acc ^= a.x ^ b.y ^ c.z ^ d.w;
     }
-    for (; i < vectors; i += stride) acc ^= data[i].x;
+    for (; i < vectors; i += stride) acc ^= load_with_hint<HINT>(data + i).x;
     if (acc == 0x12345678u) sink[0] = 1.0f;  // keeps the loads
 }
 
@@ -128,10 +169,10 @@ struct Bench {
         return p;
     }
 
-    void read(const void* data, size_t bytes) {
+    template <LoadHint HINT = LoadHint::plain> void read(const void* data, size_t bytes) {
         const size_t vectors = bytes / 16;
         const int blocks = (int)std::min<size_t>((size_t)sms * 8, (vectors + 511) / 512);
-        read_bytes<<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(data), vectors, sink);
+        read_bytes<HINT><<<blocks, 512, 0, stream>>>(static_cast<const uint4*>(data), vectors, sink);
     }
 
     // Blocks of `kernel`, `threads` wide, that fit on the GPU at once (a persistent grid).

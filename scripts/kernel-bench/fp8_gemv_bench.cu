@@ -6,7 +6,8 @@
 // CUDA graph of launches on distinct copies of its weights (2 GiB in all, far beyond L2), as a
 // decode step meets them. Every variant is checked against an f64 product of the exact e4m3
 // weights and bf16 inputs: relative RMS error and the largest error over the output's RMS.
-// Then the same with the GeGLU epilogue (gate/up), and the dequantisation that weight-only FP8
+// g4's choice also runs with W loaded through other `ld` qualifiers (bench_common.cuh's
+// LoadHint: `_noL1`, `_256B`, `_noL1_256B`, `_noL1_256B_ef`). Then the same with the GeGLU epilogue (gate/up), and the dequantisation that weight-only FP8
 // prefill runs before each cuBLAS GEMM (g4's kernel beside a plain read).
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
@@ -21,9 +22,17 @@ __global__ void fp8_gemv_cuda_cores(const bf* x, const uint8_t* w, const float* 
 
 // C weight rows per warp group (gemv.cuh's gemv_columns; g4's one-row FP8 GEMV since stop 48,
 // at C = 2, BATCH = 4 or C = 4, BATCH = 2 by K since stop 49).
-template <int C, int BATCH>
+template <int C, int BATCH, typename W = E4m3Weights>
 __global__ void fp8_gemv_columns(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k, int parts) {
-    gemv_columns<bf, E4m3Weights, C, BATCH>(x, w, scale, y, n, k, parts);
+    gemv_columns<bf, W, C, BATCH>(x, w, scale, y, n, k, parts);
+}
+
+// The load qualifiers timed beside g4's plain loads, with the suffix their variants print.
+template <typename F> void for_each_hint(F&& f) {
+    f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
+    f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
+    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256>(), "_noL1_256B");
+    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
 }
 
 // linear_gelu_mul's FP8 one-row launch before stop 49: gemv_gelu_mul at a batch of 8, one
@@ -35,10 +44,10 @@ __global__ void fp8_gelu_mul_pairs(const bf* x, const uint8_t* w, const float* s
 
 // The same with C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul; g4's since stop
 // 49, C and BATCH as for the plain GEMV).
-template <int C, int BATCH>
+template <int C, int BATCH, typename W = E4m3Weights>
 __global__ void fp8_gelu_mul_columns(const bf* x, const uint8_t* w, const float* scale, const bf* up, bf* y, int d,
                                      int k, int parts) {
-    gemv_columns_gelu_mul<bf, E4m3Weights, C, BATCH>(x, w, scale, up, y, d, k, parts);
+    gemv_columns_gelu_mul<bf, W, C, BATCH>(x, w, scale, up, y, d, k, parts);
 }
 
 // A streaming candidate (stop 49): a grid of resident warps, each taking C whole weight rows at a
@@ -166,7 +175,7 @@ typedef std::vector<std::pair<std::string, std::function<void(const uint8_t*)>>>
 
 // Times each variant as a graph over `copies` copies of a weight of `bytes` bytes, and checks its
 // outputs (y, as many as `want`) from the first copy against the f64 `want`: relative RMS error,
-// and the largest error over the output's RMS. "read" is only timed.
+// and the largest error over the output's RMS. The reads are only timed.
 static void time_and_check(Bench& bench, const Variants& variants, const uint8_t* pool, size_t bytes, int copies,
                            bf* y, const std::vector<double>& want) {
     double want2 = 0;
@@ -180,7 +189,7 @@ static void time_and_check(Bench& bench, const Variants& variants, const uint8_t
         bench.sync();
         const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * bytes); });
         printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
-        if (name != "read") {
+        if (name.rfind("read", 0) != 0) {
             // The graph's last launch read the last copy: the first copy's outputs again.
             launch(pool);
             bench.sync();
@@ -262,6 +271,21 @@ static void gelu_pairs(Bench& bench, const uint8_t* pool, size_t pool_bytes, con
         add_columns(4, 2, 8);
         add_columns(2, 4, 4);
         add_columns(8, 2, 4);
+        // g4's choice (cols2_b4_w4 below K 4,096, cols4_b2_w4 from there) with hinted loads.
+        for_each_hint([&](auto hint, const char* suffix) {
+            using W = HintedLoads<E4m3Weights, decltype(hint)::value>;
+            const bool long_k = sh.k >= 4096;
+            const int columns = long_k ? 4 : 2, outs = sh.packed ? columns / 2 : columns, groups = (d + outs - 1) / outs;
+            const std::pair<int, int> g = gemv_geometry(groups, sh.k / 16, long_k ? 2 : 4, 4);
+            variants.push_back({std::string("g4") + suffix, [=, &bench](const uint8_t* w) {
+                                    auto kernel =
+                                        long_k ? fp8_gelu_mul_columns<4, 2, W> : fp8_gelu_mul_columns<2, 4, W>;
+                                    kernel<<<g.first, 128, 0, bench.stream>>>(x, w, scale, up, y, d, sh.k, g.second);
+                                }});
+        });
+        variants.push_back({"read_noL1_256B", [&, bytes](const uint8_t* w) {
+                                bench.read<LoadHint::no_l1_prefetch_256>(w, bytes);
+                            }});
         // The streaming candidate (packed, K = 2,560): 2 or 4 rows a group.
         auto add_stream = [&](int columns, int blocks_per_sm) {
             if (sh.k != 2560 || !sh.packed) return;
@@ -406,6 +430,19 @@ int main() {
         add_columns(2, 4, 8);
         add_columns(4, 2, 4);
         add_columns(4, 4, 4);
+        for_each_hint([&](auto hint, const char* suffix) {
+            using W = HintedLoads<E4m3Weights, decltype(hint)::value>;
+            const bool long_k = sh.k >= 4096;
+            const int columns = long_k ? 4 : 2;
+            const std::pair<int, int> g = gemv_geometry((sh.n + columns - 1) / columns, sh.k / 16, long_k ? 2 : 4, 4);
+            variants.push_back({std::string("g4") + suffix, [=, &bench](const uint8_t* w) {
+                                    auto kernel = long_k ? fp8_gemv_columns<4, 2, W> : fp8_gemv_columns<2, 4, W>;
+                                    kernel<<<g.first, 128, 0, bench.stream>>>(x, w, scale, y, sh.n, sh.k, g.second);
+                                }});
+        });
+        variants.push_back({"read_noL1_256B", [&, bytes](const uint8_t* w) {
+                                bench.read<LoadHint::no_l1_prefetch_256>(w, bytes);
+                            }});
         // The streaming candidate, for K = 2,560 (5 vectors a lane), at 1 to 4 resident blocks of
         // 4 or 8 warps per multiprocessor.
         auto add_stream = [&](int columns, int warps_per_block, int blocks_per_sm) {

@@ -5,16 +5,25 @@
 // and GB/s; every variant's output is compared with g4's choice. Then the gate/up GEMV with its
 // GeGLU epilogue (linear_gelu_mul's single-row kernel) at E4B's and 31B's widths: packed and
 // interleaved weight rows, batches of 8 and 6 loads, asked-for occupancy, beside the plain GEMV.
-// Both beside even_split_gemv.cuh's candidate: the weight's bytes split evenly over a grid that
-// fits at once (`even_b8`, `even_b4`: loads a lane keeps in flight, at 3 and 4 blocks of 8 warps
-// asked of a multiprocessor; `_4blocks`, `_5blocks`: more blocks asked).
+// Both with W loaded through other `ld` qualifiers (bench_common.cuh's LoadHint: `_noL1`,
+// `_256B`, `_noL1_256B`, `_noL1_256B_ef`), g4's kernels otherwise, beside the plain read with the
+// same qualifiers.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/gemv.cuh"
-#include "even_split_gemv.cuh"
 
-template <int BATCH>
+typedef DenseWeights<bf> Plain;
+
+template <int BATCH, typename W = Plain>
 __global__ void gemv_one_row(const bf* x, const bf* w, bf* y, int n, int k, int warps_per_col) {
-    gemv<bf, DenseWeights<bf>, 1, BATCH>(x, w, nullptr, y, 1, n, k, warps_per_col);
+    gemv<bf, W, 1, BATCH>(x, w, nullptr, y, 1, n, k, warps_per_col);
+}
+
+// The load qualifiers timed beside g4's plain loads, with the suffix their variants print.
+template <typename F> void for_each_hint(F&& f) {
+    f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
+    f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
+    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256>(), "_noL1_256B");
+    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
 }
 
 // The same with 10 blocks of 4 warps asked of a multiprocessor (48 registers instead of 56: 40
@@ -68,9 +77,9 @@ __global__ void two_columns_per_warp(const bf* x, const bf* w, bf* y, int n, int
 
 // g4's gemv_gelu_mul (gemv.cuh) over packed [gate ‖ up] weights, one row of X, at a batch of
 // BATCH loads.
-template <int BATCH>
+template <int BATCH, typename W = Plain>
 __global__ void gelu_mul_packed(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
-    gemv_gelu_mul<bf, DenseWeights<bf>, 1, BATCH>(x, w, nullptr, nullptr, y, 1, d, k, warps_per_col);
+    gemv_gelu_mul<bf, W, 1, BATCH>(x, w, nullptr, nullptr, y, 1, d, k, warps_per_col);
 }
 
 // C weight rows per warp group (gemv.cuh's gemv_columns_gelu_mul, the FP8 one-row launch since
@@ -105,25 +114,12 @@ __global__ void gelu_mul_interleaved(const bf* x, const bf* w, bf* y, int d, int
     }
 }
 
-// even_split_gemv's scratch, sized for the widest shape (E4B's head).
-struct EvenSplitScratch {
-    float* partials;
-    unsigned* arrivals;
-    explicit EvenSplitScratch(Bench& bench) {
-        const size_t columns = 262144;
-        partials = bench.alloc<float>(columns * G4_EVEN_SPLIT_MAX_PARTS);
-        arrivals = bench.alloc<unsigned>(columns);
-        CHECK(cudaMemset(arrivals, 0, columns * sizeof(unsigned)));
-    }
-};
-
 // The gate/up GEMV with its GeGLU epilogue (linear_gelu_mul's single-row launch: one output's
 // gate and up warps in a block) beside the same kernel over interleaved rows and beside the
 // plain GEMV of the same bytes (g4's geometry for 2d columns).
-static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y,
-                          const EvenSplitScratch& scratch) {
+static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x, bf* y) {
     const Shape shapes[] = {{"e4b.gate_up", 20480, 2560}, {"31b.gate_up", 43008, 5376}};
-    printf("\ngate/up with the GeGLU epilogue, one row: us per launch (GB/s) [the column candidates' max rel. "
+    printf("\ngate/up with the GeGLU epilogue, one row: us per launch (GB/s) [the other GeGLU kernels' max rel. "
            "difference from packed]\n");
     std::vector<uint16_t> packed_out;
     for (const Shape& sh : shapes) {
@@ -140,13 +136,21 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
             launch(pool);
             bench.sync();
             if (std::string(name) == "packed") packed_out = bench.download(y, d);
-            if (std::string(name).rfind("cols", 0) == 0)
+            const std::string kernel(name);
+            if (kernel.rfind("cols", 0) == 0 || kernel.rfind("packed_", 0) == 0)
                 printf(" [%.0e]", max_relative_difference(packed_out, bench.download(y, d)));
             printf(";");
         };
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         time("packed", [&](const bf* w) {
             gelu_mul_packed<G4_GEMV_BATCH><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+        });
+        for_each_hint([&](auto hint, const char* suffix) {
+            using W = HintedLoads<Plain, decltype(hint)::value>;
+            time((std::string("packed") + suffix).c_str(), [&](const bf* w) {
+                gelu_mul_packed<G4_GEMV_BATCH, W>
+                    <<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
+            });
         });
         time("interleaved", [&](const bf* w) {
             gelu_mul_interleaved<<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
@@ -165,14 +169,6 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
         columns("cols2_b8", 2, 8, gelu_mul_columns<2, 8>);
         columns("cols4_b2", 4, 2, gelu_mul_columns<4, 2>);
         columns("cols4_b4", 4, 4, gelu_mul_columns<4, 4>);
-        auto even = [&](const char* name, auto kernel) {
-            const int blocks = bench.resident_blocks(kernel, G4_EVEN_SPLIT_THREADS);
-            const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
-            time(name, [&](const bf* w) { kernel<<<blocks, G4_EVEN_SPLIT_THREADS, 0, bench.stream>>>(x, w, y, sh.n, split); });
-        };
-        even("cols_even_b8", gemv_even_split_bench<8, true, 3>);
-        even("cols_even_b8_4blocks", gemv_even_split_bench<8, true, 4>);
-        even("cols_even_b4_5blocks", gemv_even_split_bench<4, true, 5>);
         time("plain_gemv", [&](const bf* w) {
             gemv_one_row<8><<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
         });
@@ -183,6 +179,7 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
             gemv_one_row_bounded<<<plain.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
         });
         time("read", [&](const bf* w) { bench.read(w, bytes); });
+        time("read_noL1_256B", [&](const bf* w) { bench.read<LoadHint::no_l1_prefetch_256>(w, bytes); });
         printf("\n");
     }
 }
@@ -201,7 +198,6 @@ int main() {
     bf* pool = bench.filled(pool_bytes / 2);
     bf* x = bench.filled(32768);
     bf* y = bench.alloc<bf>(1 << 19);
-    const EvenSplitScratch scratch(bench);
     std::vector<uint16_t> reference, got;
     printf("%-13s %8s | us per launch (GB/s), [max rel. difference from g4's choice]\n", "shape", "MB");
     for (const Shape& sh : shapes) {
@@ -209,16 +205,17 @@ int main() {
         const int copies = (int)std::min<size_t>(64, pool_bytes / bytes);
         printf("%-13s %8.2f |", sh.name, bytes / 1e6);
         std::vector<std::pair<std::string, std::function<void(const bf*)>>> variants;
-        auto add_gemv = [&](std::string name, int batch, int warps_per_block) {
+        auto add_gemv = [&](std::string name, int batch, int warps_per_block, auto weights) {
+            using W = decltype(weights);
             const std::pair<int, int> launch_shape = gemv_geometry(sh.n, sh.k / 8, batch, warps_per_block);
             const int blocks = launch_shape.first, per_col = launch_shape.second, threads = warps_per_block * 32;
             auto launch = [=, &bench](const bf* w) {
                 if (batch == 4)
-                    gemv_one_row<4><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+                    gemv_one_row<4, W><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
                 else if (batch == 6)
-                    gemv_one_row<6><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+                    gemv_one_row<6, W><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
                 else
-                    gemv_one_row<8><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
+                    gemv_one_row<8, W><<<blocks, threads, 0, bench.stream>>>(x, w, y, sh.n, sh.k, per_col);
             };
             variants.push_back({name, launch});
         };
@@ -227,33 +224,28 @@ int main() {
         // 5 or 6 vectors.
         const bool narrow = sh.n <= 5376, long_k = narrow && sh.k / 8 >= 8 * 32 * 4;
         const int share = (sh.k / 8 + 255) / 256;
-        add_gemv("g4", !narrow ? 8 : long_k && share >= 5 && share <= 6 ? 6 : 4, long_k ? 8 : 4);
-        add_gemv("batch4_4warps", 4, 4);
+        const int g4_batch = !narrow ? 8 : long_k && share >= 5 && share <= 6 ? 6 : 4, g4_warps = long_k ? 8 : 4;
+        add_gemv("g4", g4_batch, g4_warps, Plain());
+        for_each_hint([&](auto hint, const char* suffix) {
+            add_gemv(std::string("g4") + suffix, g4_batch, g4_warps, HintedLoads<Plain, decltype(hint)::value>());
+        });
         variants.push_back({"read", [&, bytes](const bf* w) { bench.read(w, bytes); }});
-        add_gemv("batch8", 8, 4);
-        add_gemv("batch8_8warps", 8, 8);
-        add_gemv("batch4_8warps", 4, 8);
-        add_gemv("batch6", 6, 4);
-        add_gemv("batch6_8warps", 6, 8);
-        add_gemv("batch4_16warps", 4, 16);
-        add_gemv("batch6_16warps", 6, 16);
+        variants.push_back(
+            {"read_noL1_256B", [&, bytes](const bf* w) { bench.read<LoadHint::no_l1_prefetch_256>(w, bytes); }});
+        add_gemv("batch4_4warps", 4, 4, Plain());
+        add_gemv("batch8", 8, 4, Plain());
+        add_gemv("batch8_8warps", 8, 8, Plain());
+        add_gemv("batch4_8warps", 4, 8, Plain());
+        add_gemv("batch6", 6, 4, Plain());
+        add_gemv("batch6_8warps", 6, 8, Plain());
+        add_gemv("batch4_16warps", 4, 16, Plain());
+        add_gemv("batch6_16warps", 6, 16, Plain());
         {
             const std::pair<int, int> g = gemv_geometry(sh.n, sh.k / 8, 8, 4);
             variants.push_back({"batch8_bounded", [=, &bench](const bf* w) {
                                     gemv_one_row_bounded<<<g.first, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k, g.second);
                                 }});
         }
-        auto add_even = [&](std::string name, auto kernel) {
-            const int blocks = bench.resident_blocks(kernel, G4_EVEN_SPLIT_THREADS);
-            const EvenSplit split = even_split(sh.n, sh.k, blocks, scratch.partials, scratch.arrivals);
-            variants.push_back({name, [=, &bench](const bf* w) {
-                                    kernel<<<blocks, G4_EVEN_SPLIT_THREADS, 0, bench.stream>>>(x, w, y, sh.n, split);
-                                }});
-        };
-        add_even("even_b8", gemv_even_split_bench<8, false, 3>);
-        add_even("even_b4", gemv_even_split_bench<4, false, 4>);
-        add_even("even_b8_4blocks", gemv_even_split_bench<8, false, 4>);
-        add_even("even_b4_5blocks", gemv_even_split_bench<4, false, 5>);
         variants.push_back({"2cols", [&](const bf* w) {
                                 const int blocks = ((sh.n + 1) / 2 + 3) / 4;
                                 two_columns_per_warp<<<blocks, 128, 0, bench.stream>>>(x, w, y, sh.n, sh.k);
@@ -265,7 +257,7 @@ int main() {
             bench.sync();
             const double us = bench.graph_us(copies, [&](int c) { launch(pool + (size_t)c * sh.n * sh.k); });
             printf(" %s %.2f (%.0f)", name.c_str(), us, bytes / (us * 1e3));
-            if (name != "read") {
+            if (name.rfind("read", 0) != 0) {
                 auto& out = v == 0 ? reference : got;
                 out = bench.download(y, sh.n);
                 if (v > 0) printf(" [%.0e]", max_relative_difference(reference, got));
@@ -274,6 +266,6 @@ int main() {
         }
         printf("\n");
     }
-    gate_up_pairs(bench, pool, pool_bytes, x, y, scratch);
+    gate_up_pairs(bench, pool, pool_bytes, x, y);
     return 0;
 }

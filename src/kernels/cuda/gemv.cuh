@@ -1,7 +1,9 @@
 // The decode GEMV and its weight decoders, shared by linear (weights stored as T), and
 // matmul_bt_fp8_channel and moe_experts_fp8 (e4m3 weights with one f32 scale per row): the
 // kernels differ only in how a 16-byte weight load becomes floats, so that step is a type
-// parameter (`DenseWeights<T>` or `E4m3Weights`) and everything else is written once.
+// parameter (`DenseWeights<T>` or `E4m3Weights`) and everything else is written once. The
+// decoder also issues the load (`load`), so that a benchmark can time other load instructions
+// through the same kernels.
 #pragma once
 #include "g4_compat.cuh"
 #include "e4m3.cuh"
@@ -11,6 +13,7 @@ template <typename T>
 struct DenseWeights {
     typedef T Stored;
     static constexpr int per_vector = 16 / sizeof(T);
+    __device__ static uint4 load(const uint4* vector) { return *vector; }
     __device__ static void decode(const uint4& v, float* out) {
         const T* t = reinterpret_cast<const T*>(&v);
 #pragma unroll
@@ -24,6 +27,7 @@ struct DenseWeights {
 struct E4m3Weights {
     typedef uint8_t Stored;
     static constexpr int per_vector = 16;
+    __device__ static uint4 load(const uint4* vector) { return *vector; }
     __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_over_unit(v, out); }
     __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * G4_E4M3_UNIT; }
 };
@@ -85,7 +89,7 @@ __device__ void gemv_partials(const T* x, const typename W::Stored* w, int row, 
 #pragma unroll
             for (int u = 0; u < BATCH; ++u) {
                 const int i = base + u * step;
-                batch[u] = i < vectors ? w_row[i] : make_uint4(0, 0, 0, 0);
+                batch[u] = i < vectors ? W::load(w_row + i) : make_uint4(0, 0, 0, 0);
             }
             if (!waited) {
                 G4_WAIT_FOR_INPUTS();
@@ -171,7 +175,7 @@ __device__ void gemv_column_partials(const T* x, const typename W::Stored* w, co
 #pragma unroll
             for (int u = 0; u < BATCH; ++u) {
                 const int i = base + u * step;
-                batch[c][u] = i < vectors && rows[c] >= 0 ? w_row[i] : make_uint4(0, 0, 0, 0);
+                batch[c][u] = i < vectors && rows[c] >= 0 ? W::load(w_row + i) : make_uint4(0, 0, 0, 0);
             }
         }
         if (!waited) {
