@@ -10,11 +10,9 @@
 # 3. E4B bf16 and its FP8 rewrite tg128, then 31B bf16 tg64, graph decode, -r 3, base/hint
 #    alternated, each bench only while the call's time lasts.
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+source scripts/device-call-lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-mkdir -p /tmp/bins
-python3 -c "import lzma,tarfile; tarfile.open(fileobj=lzma.open('target/s62c2/bins.tar.xz')).extractall('/tmp/bins')"
-chmod +x /tmp/bins/*
+unpack_payload target/s62c2/bins.tar.xz
 (python3 scripts/e4b_reference.py build /tmp/g4-e4b > /tmp/build.log 2>&1 && python3 scripts/fp8_checkpoint.py /tmp/g4-e4b /tmp/g4-e4b-fp8 > /tmp/rw.log 2>&1; echo built > /tmp/built) &
 timeout 90 /tmp/bins/gemv_bench > $OUT/gemv.txt 2>&1; echo "gemv exit $?"
 timeout 120 /tmp/bins/fp8_gemv_bench > $OUT/fp8.txt 2>&1; echo "fp8 exit $?"
@@ -25,18 +23,11 @@ for op in linear linear_gelu_mul matmul_bt_fp8_channel; do
 done
 timeout 60 /tmp/bins/g4-hint verify-golden --device cuda --decode graph > $OUT/goldens.txt 2>&1; echo "goldens (graph) exit $?"; tail -1 $OUT/goldens.txt
 wait
-bench() { # model tests binary deadline round
-  [ $SECONDS -lt $4 ] || { echo "skipped $1 $3 round $5: $SECONDS s"; return; }
-  timeout 100 /tmp/bins/$3 bench --model /tmp/g4-$1 --device cuda --dtype bf16 --tests $2 --decode graph -r 3 --json > $OUT/$1-$3-$5.json 2> /tmp/e.err || tail -3 /tmp/e.err
-  python3 -c "
-import json; j=json.load(open('$OUT/$1-$3-$5.json'))
-print('$1 round $5 %-7s ' % '$3', ', '.join('%s %.2f ± %.2f' % (x['measurement']['test'], x['measurement']['tokens_per_s_mean'], x['measurement']['tokens_per_s_stddev']) for x in j['results']))"
-}
 echo "elapsed $SECONDS s"
-bench e4b tg128 g4-base 200 1; bench e4b tg128 g4-hint 215 1; bench e4b tg128 g4-hint 230 2; bench e4b tg128 g4-base 245 2
-bench e4b-fp8 tg128 g4-base 260 1; bench e4b-fp8 tg128 g4-hint 275 1; bench e4b-fp8 tg128 g4-hint 290 2; bench e4b-fp8 tg128 g4-base 305 2
+ab_bench e4b tg128 g4-base 200 1; ab_bench e4b tg128 g4-hint 215 1; ab_bench e4b tg128 g4-hint 230 2; ab_bench e4b tg128 g4-base 245 2
+ab_bench e4b-fp8 tg128 g4-base 260 1; ab_bench e4b-fp8 tg128 g4-hint 275 1; ab_bench e4b-fp8 tg128 g4-hint 290 2; ab_bench e4b-fp8 tg128 g4-base 305 2
 echo "elapsed $SECONDS s"
 rm -rf /tmp/g4-e4b /tmp/g4-e4b-fp8
 python3 scripts/e4b_reference.py build /tmp/g4-31b --preset 31b > /tmp/build31.log 2>&1 || tail -3 /tmp/build31.log
-bench 31b tg64 g4-base 480 1; bench 31b tg64 g4-hint 510 1; bench 31b tg64 g4-hint 540 2; bench 31b tg64 g4-base 570 2
+ab_bench 31b tg64 g4-base 480 1; ab_bench 31b tg64 g4-hint 510 1; ab_bench 31b tg64 g4-hint 540 2; ab_bench 31b tg64 g4-base 570 2
 echo "elapsed $SECONDS s"
