@@ -25,10 +25,11 @@ typedef g4_bf16 bf;
         }                                                                                           \
     } while (0)
 
-// Loads of one 16-byte vector through other PTX `ld` qualifiers than a plain load's, to time
-// them against it: `no_l1` reads through the non-coherent path without allocating in L1
-// (`.nc.L1::no_allocate`), `prefetch_256` asks L2 to fetch 256 bytes around each miss
-// (`.L2::256B`), and `evict_first` marks the lines as the first to leave L2 (a cache policy).
+// Loads of one 16-byte vector by PTX `ld` qualifiers, to time them against one another: `no_l1`
+// reads through the non-coherent path without allocating in L1 (`.nc.L1::no_allocate`),
+// `prefetch_256` asks L2 to fetch 256 bytes around each miss (`.L2::256B`), and `evict_first`
+// marks the lines as the first to leave L2 (a cache policy). g4's decode GEMVs load W as
+// `no_l1_prefetch_256` (g4_load_weights).
 enum class LoadHint { plain, no_l1, prefetch_256, no_l1_prefetch_256, no_l1_prefetch_256_evict_first };
 
 template <LoadHint HINT>

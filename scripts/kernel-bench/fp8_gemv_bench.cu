@@ -6,8 +6,8 @@
 // CUDA graph of launches on distinct copies of its weights (2 GiB in all, far beyond L2), as a
 // decode step meets them. Every variant is checked against an f64 product of the exact e4m3
 // weights and bf16 inputs: relative RMS error and the largest error over the output's RMS.
-// g4's choice also runs with W loaded through other `ld` qualifiers (bench_common.cuh's
-// LoadHint: `_noL1`, `_256B`, `_noL1_256B`, `_noL1_256B_ef`). Then the same with the GeGLU epilogue (gate/up), and the dequantisation that weight-only FP8
+// g4's choice also runs with W loaded by other `ld` instructions than g4's (bench_common.cuh's
+// LoadHint: `_plain`, `_noL1`, `_256B`, `_noL1_256B_ef`). Then the same with the GeGLU epilogue (gate/up), and the dequantisation that weight-only FP8
 // prefill runs before each cuBLAS GEMM (g4's kernel beside a plain read).
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
@@ -27,11 +27,12 @@ __global__ void fp8_gemv_columns(const bf* x, const uint8_t* w, const float* sca
     gemv_columns<bf, W, C, BATCH>(x, w, scale, y, n, k, parts);
 }
 
-// The load qualifiers timed beside g4's plain loads, with the suffix their variants print.
+// The loads timed beside g4's (g4_load_weights: `.nc.L1::no_allocate.L2::256B`), with the
+// suffix their variants print.
 template <typename F> void for_each_hint(F&& f) {
+    f(std::integral_constant<LoadHint, LoadHint::plain>(), "_plain");
     f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
     f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
-    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256>(), "_noL1_256B");
     f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
 }
 
@@ -271,7 +272,7 @@ static void gelu_pairs(Bench& bench, const uint8_t* pool, size_t pool_bytes, con
         add_columns(4, 2, 8);
         add_columns(2, 4, 4);
         add_columns(8, 2, 4);
-        // g4's choice (cols2_b4_w4 below K 4,096, cols4_b2_w4 from there) with hinted loads.
+        // g4's choice (cols2_b4_w4 below K 4,096, cols4_b2_w4 from there) with other loads.
         for_each_hint([&](auto hint, const char* suffix) {
             using W = HintedLoads<E4m3Weights, decltype(hint)::value>;
             const bool long_k = sh.k >= 4096;

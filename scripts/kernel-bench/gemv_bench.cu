@@ -5,24 +5,25 @@
 // and GB/s; every variant's output is compared with g4's choice. Then the gate/up GEMV with its
 // GeGLU epilogue (linear_gelu_mul's single-row kernel) at E4B's and 31B's widths: packed and
 // interleaved weight rows, batches of 8 and 6 loads, asked-for occupancy, beside the plain GEMV.
-// Both with W loaded through other `ld` qualifiers (bench_common.cuh's LoadHint: `_noL1`,
-// `_256B`, `_noL1_256B`, `_noL1_256B_ef`), g4's kernels otherwise, beside the plain read with the
-// same qualifiers.
+// Both with W loaded by other `ld` instructions than g4's (bench_common.cuh's LoadHint: `_plain`,
+// `_noL1`, `_256B`, `_noL1_256B_ef`), g4's kernels otherwise, beside the plain read with and
+// without g4's qualifiers.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/gemv.cuh"
 
-typedef DenseWeights<bf> Plain;
+typedef DenseWeights<bf> G4Weights;  // g4's decoder and loads
 
-template <int BATCH, typename W = Plain>
+template <int BATCH, typename W = G4Weights>
 __global__ void gemv_one_row(const bf* x, const bf* w, bf* y, int n, int k, int warps_per_col) {
     gemv<bf, W, 1, BATCH>(x, w, nullptr, y, 1, n, k, warps_per_col);
 }
 
-// The load qualifiers timed beside g4's plain loads, with the suffix their variants print.
+// The loads timed beside g4's (g4_load_weights: `.nc.L1::no_allocate.L2::256B`), with the
+// suffix their variants print.
 template <typename F> void for_each_hint(F&& f) {
+    f(std::integral_constant<LoadHint, LoadHint::plain>(), "_plain");
     f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
     f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
-    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256>(), "_noL1_256B");
     f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
 }
 
@@ -77,7 +78,7 @@ __global__ void two_columns_per_warp(const bf* x, const bf* w, bf* y, int n, int
 
 // g4's gemv_gelu_mul (gemv.cuh) over packed [gate ‖ up] weights, one row of X, at a batch of
 // BATCH loads.
-template <int BATCH, typename W = Plain>
+template <int BATCH, typename W = G4Weights>
 __global__ void gelu_mul_packed(const bf* x, const bf* w, bf* y, int d, int k, int warps_per_col) {
     gemv_gelu_mul<bf, W, 1, BATCH>(x, w, nullptr, nullptr, y, 1, d, k, warps_per_col);
 }
@@ -146,7 +147,7 @@ static void gate_up_pairs(Bench& bench, bf* pool, size_t pool_bytes, const bf* x
             gelu_mul_packed<G4_GEMV_BATCH><<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
         });
         for_each_hint([&](auto hint, const char* suffix) {
-            using W = HintedLoads<Plain, decltype(hint)::value>;
+            using W = HintedLoads<G4Weights, decltype(hint)::value>;
             time((std::string("packed") + suffix).c_str(), [&](const bf* w) {
                 gelu_mul_packed<G4_GEMV_BATCH, W>
                     <<<(d + outs - 1) / outs, warps * 32, 0, bench.stream>>>(x, w, y, d, sh.k, per_col);
@@ -225,21 +226,21 @@ int main() {
         const bool narrow = sh.n <= 5376, long_k = narrow && sh.k / 8 >= 8 * 32 * 4;
         const int share = (sh.k / 8 + 255) / 256;
         const int g4_batch = !narrow ? 8 : long_k && share >= 5 && share <= 6 ? 6 : 4, g4_warps = long_k ? 8 : 4;
-        add_gemv("g4", g4_batch, g4_warps, Plain());
+        add_gemv("g4", g4_batch, g4_warps, G4Weights());
         for_each_hint([&](auto hint, const char* suffix) {
-            add_gemv(std::string("g4") + suffix, g4_batch, g4_warps, HintedLoads<Plain, decltype(hint)::value>());
+            add_gemv(std::string("g4") + suffix, g4_batch, g4_warps, HintedLoads<G4Weights, decltype(hint)::value>());
         });
         variants.push_back({"read", [&, bytes](const bf* w) { bench.read(w, bytes); }});
         variants.push_back(
             {"read_noL1_256B", [&, bytes](const bf* w) { bench.read<LoadHint::no_l1_prefetch_256>(w, bytes); }});
-        add_gemv("batch4_4warps", 4, 4, Plain());
-        add_gemv("batch8", 8, 4, Plain());
-        add_gemv("batch8_8warps", 8, 8, Plain());
-        add_gemv("batch4_8warps", 4, 8, Plain());
-        add_gemv("batch6", 6, 4, Plain());
-        add_gemv("batch6_8warps", 6, 8, Plain());
-        add_gemv("batch4_16warps", 4, 16, Plain());
-        add_gemv("batch6_16warps", 6, 16, Plain());
+        add_gemv("batch4_4warps", 4, 4, G4Weights());
+        add_gemv("batch8", 8, 4, G4Weights());
+        add_gemv("batch8_8warps", 8, 8, G4Weights());
+        add_gemv("batch4_8warps", 4, 8, G4Weights());
+        add_gemv("batch6", 6, 4, G4Weights());
+        add_gemv("batch6_8warps", 6, 8, G4Weights());
+        add_gemv("batch4_16warps", 4, 16, G4Weights());
+        add_gemv("batch6_16warps", 6, 16, G4Weights());
         {
             const std::pair<int, int> g = gemv_geometry(sh.n, sh.k / 8, 8, 4);
             variants.push_back({"batch8_bounded", [=, &bench](const bf* w) {

@@ -57,6 +57,23 @@ typedef __half g4_f16;
     do {                     \
     } while (0)
 #endif
+// A 16-byte load of weights, which no kernel writes while they are read and which each decode
+// step reads once: on CUDA through the read-only path without a place in L1
+// (`.nc.L1::no_allocate`, with L2 fetching 256 bytes around a miss). The decode GEMVs read
+// W this way up to 4 % faster than by a plain load, and the FP8 GeGLU GEMV up to 8 % (H100,
+// scripts/kernel-bench/gemv_bench and fp8_gemv_bench, stop 62).
+__device__ __forceinline__ uint4 g4_load_weights(const uint4* vector) {
+#if defined(__HIPCC__)
+    return *vector;
+#else
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(vector));
+    return v;
+#endif
+}
+
 // The first statement of every kernel that reads nothing before its inputs are ready.
 #define G4_KERNEL_START()          \
     do {                           \

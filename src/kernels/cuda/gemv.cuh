@@ -2,8 +2,8 @@
 // matmul_bt_fp8_channel and moe_experts_fp8 (e4m3 weights with one f32 scale per row): the
 // kernels differ only in how a 16-byte weight load becomes floats, so that step is a type
 // parameter (`DenseWeights<T>` or `E4m3Weights`) and everything else is written once. The
-// decoder also issues the load (`load`), so that a benchmark can time other load instructions
-// through the same kernels.
+// decoder also issues the load (`load`: g4_load_weights), so that a benchmark can time other
+// load instructions through the same kernels.
 #pragma once
 #include "g4_compat.cuh"
 #include "e4m3.cuh"
@@ -13,7 +13,7 @@ template <typename T>
 struct DenseWeights {
     typedef T Stored;
     static constexpr int per_vector = 16 / sizeof(T);
-    __device__ static uint4 load(const uint4* vector) { return *vector; }
+    __device__ static uint4 load(const uint4* vector) { return g4_load_weights(vector); }
     __device__ static void decode(const uint4& v, float* out) {
         const T* t = reinterpret_cast<const T*>(&v);
 #pragma unroll
@@ -27,7 +27,7 @@ struct DenseWeights {
 struct E4m3Weights {
     typedef uint8_t Stored;
     static constexpr int per_vector = 16;
-    __device__ static uint4 load(const uint4* vector) { return *vector; }
+    __device__ static uint4 load(const uint4* vector) { return g4_load_weights(vector); }
     __device__ static void decode(const uint4& v, float* out) { e4m3x16_to_f32_over_unit(v, out); }
     __device__ static float row_scale(const float* scale, size_t row) { return scale[row] * G4_E4M3_UNIT; }
 };
