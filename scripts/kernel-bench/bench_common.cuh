@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include "../../src/kernels/cuda/g4_compat.cuh"
@@ -64,6 +65,15 @@ template <typename Weights, LoadHint HINT>
 struct HintedLoads : Weights {
     __device__ static uint4 load(const uint4* vector) { return load_with_hint<HINT>(vector); }
 };
+
+// The loads timed beside g4's (g4_load_weights: `.nc.L1::no_allocate.L2::256B`), with the
+// suffix their variants print.
+template <typename F> static void for_each_hint(F&& f) {
+    f(std::integral_constant<LoadHint, LoadHint::plain>(), "_plain");
+    f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
+    f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
+    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
+}
 
 template <LoadHint HINT = LoadHint::plain>
 __global__ void read_bytes(const uint4* data, size_t vectors, float* sink) {

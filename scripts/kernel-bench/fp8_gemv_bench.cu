@@ -7,8 +7,9 @@
 // decode step meets them. Every variant is checked against an f64 product of the exact e4m3
 // weights and bf16 inputs: relative RMS error and the largest error over the output's RMS.
 // g4's choice also runs with W loaded by other `ld` instructions than g4's (bench_common.cuh's
-// LoadHint: `_plain`, `_noL1`, `_256B`, `_noL1_256B_ef`). Then the same with the GeGLU epilogue (gate/up), and the dequantisation that weight-only FP8
-// prefill runs before each cuBLAS GEMM (g4's kernel beside a plain read).
+// LoadHint: `_plain`, `_noL1`, `_256B`, `_noL1_256B_ef`). Then the same with the GeGLU epilogue
+// (gate/up), and the dequantisation that weight-only FP8 prefill runs before each cuBLAS GEMM
+// (g4's kernel beside a plain read).
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/fp8.cu"
 #include "../../src/kernels/cuda/gemv.cuh"
@@ -25,15 +26,6 @@ __global__ void fp8_gemv_cuda_cores(const bf* x, const uint8_t* w, const float* 
 template <int C, int BATCH, typename W = E4m3Weights>
 __global__ void fp8_gemv_columns(const bf* x, const uint8_t* w, const float* scale, bf* y, int n, int k, int parts) {
     gemv_columns<bf, W, C, BATCH>(x, w, scale, y, n, k, parts);
-}
-
-// The loads timed beside g4's (g4_load_weights: `.nc.L1::no_allocate.L2::256B`), with the
-// suffix their variants print.
-template <typename F> void for_each_hint(F&& f) {
-    f(std::integral_constant<LoadHint, LoadHint::plain>(), "_plain");
-    f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
-    f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
-    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
 }
 
 // linear_gelu_mul's FP8 one-row launch before stop 49: gemv_gelu_mul at a batch of 8, one

@@ -18,15 +18,6 @@ __global__ void gemv_one_row(const bf* x, const bf* w, bf* y, int n, int k, int 
     gemv<bf, W, 1, BATCH>(x, w, nullptr, y, 1, n, k, warps_per_col);
 }
 
-// The loads timed beside g4's (g4_load_weights: `.nc.L1::no_allocate.L2::256B`), with the
-// suffix their variants print.
-template <typename F> void for_each_hint(F&& f) {
-    f(std::integral_constant<LoadHint, LoadHint::plain>(), "_plain");
-    f(std::integral_constant<LoadHint, LoadHint::no_l1>(), "_noL1");
-    f(std::integral_constant<LoadHint, LoadHint::prefetch_256>(), "_256B");
-    f(std::integral_constant<LoadHint, LoadHint::no_l1_prefetch_256_evict_first>(), "_noL1_256B_ef");
-}
-
 // The same with 10 blocks of 4 warps asked of a multiprocessor (48 registers instead of 56: 40
 // warps in flight instead of 36).
 __global__ void __launch_bounds__(128, 10) gemv_one_row_bounded(const bf* x, const bf* w, bf* y, int n, int k,
