@@ -45,9 +45,7 @@ __device__ __forceinline__ uint4 load_with_hint(const uint4* p) {
     } else if constexpr (HINT == LoadHint::prefetch_256) {
         asm("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     } else if constexpr (HINT == LoadHint::no_l1_prefetch_256) {
-        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-            : "l"(p));
+        v = g4_load_weights(p);
     } else {
         // Hopper takes an L2 eviction priority on a 16-byte load only as a cache policy.
         uint64_t policy;
