@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the standalone kernel benchmarks (gemv_bench, moe_bench, pdl_bench, attention_bench:
 # each times g4's CUDA kernels from src/kernels/cuda beside alternatives, and the first two
-# beside a plain read of the same bytes; gemv_bench and fp8_gemv_bench also with W loaded through
+# beside a plain read of the same bytes; gemv_bench, fp8_gemv_bench and moe_bench also with W loaded through
 # other PTX `ld` qualifiers (cache hints); grouped_bench: g4's grouped expert GEMM (device-side
 # row offsets) beside cuBLAS's grouped GEMM, stop 32's WMMA candidate and a plain read of the
 # weights, and the device routing sort; it loads libcublas at run time; flash_bench: prefill

@@ -1,8 +1,22 @@
 // The MoE decode kernels (moe_experts.cu) at 26B-A4B's sizes (128 experts, hidden 2816, expert
-// width 704, top-8), bf16, one token, beside a plain read of the chosen experts' bytes and a few
-// other ways to split the work. CUDA graphs of 32 launches, each on another set of experts.
+// width 704, top-8), bf16, one token, beside a plain read of the chosen experts' bytes, g4's
+// kernels with other weight loads and a few other ways to split the work. CUDA graphs of 32
+// launches, each on another set of experts.
 #include "bench_common.cuh"
 #include "../../src/kernels/cuda/moe_experts.cu"
+
+// g4's expert kernels with W loaded another way (bench_common.cuh's hints; g4's own load is
+// g4_load_weights).
+template <typename W>
+__global__ void gate_up_loaded(const bf* x, const uint32_t* ids, const bf* gate_up, bf* h, int slots, int hidden,
+                               int width) {
+    moe_experts_gate_up<bf, W>(x, ids, gate_up, nullptr, h, slots, hidden, width);
+}
+template <typename W>
+__global__ void down_loaded(const bf* h, const uint32_t* ids, const float* weights, const bf* down, float* out,
+                            int slots, int hidden, int width) {
+    moe_experts_down<bf, W>(h, ids, weights, down, nullptr, out, slots, hidden, width);
+}
 
 // gate_up with P warps per (slot, column), blocks of WPB warps: each warp takes 1/P of the hidden
 // range, every lane its whole share of both rows in one batch of 2·L loads.
@@ -164,6 +178,25 @@ int main() {
     bench.sync();
     std::vector<float> g4_out(H), other(H);
     CHECK(cudaMemcpy(g4_out.data(), out, H * 4, cudaMemcpyDeviceToHost));
+    auto down_difference = [&] {
+        CHECK(cudaMemcpy(other.data(), out, H * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (int i = 0; i < H; ++i) worst = std::max(worst, (double)fabs(other[i] - g4_out[i]) / (fabs(g4_out[i]) + 1e-3));
+        return worst;
+    };
+    for_each_hint([&](auto hint, const char* suffix) {
+        using Loads = HintedLoads<DenseWeights<bf>, decltype(hint)::value>;
+        report(("g4 gate_up" + std::string(suffix)).c_str(), gate_up_bytes, [&](const uint32_t* id) {
+            gate_up_loaded<Loads><<<K * W, 128, 0, bench.stream>>>(x, id, gate_up, h, K, H, W);
+        });
+        bench.sync();
+        printf("  max rel. difference from g4: %.0e\n", max_relative_difference(g4_h, bench.download(h, K * W)));
+        report(("g4 down" + std::string(suffix)).c_str(), down_bytes, [&](const uint32_t* id) {
+            down_loaded<Loads><<<H, K * 32, 0, bench.stream>>>(h_in, id, weights, down, out, K, H, W);
+        });
+        bench.sync();
+        printf("  max rel. difference from g4: %.0e\n", down_difference());
+    });
 #define GATE_UP(P, WPB)                                                                                     \
     {                                                                                                       \
         constexpr int L = (352 + 32 * P - 1) / (32 * P);                                                    \
@@ -182,10 +215,7 @@ int main() {
             down_rows<R, L><<<(H + R - 1) / R, K * 32, 0, bench.stream>>>(h_in, id, weights, down, out, K, H, W); \
         });                                                                                                  \
         bench.sync();                                                                                        \
-        CHECK(cudaMemcpy(other.data(), out, H * 4, cudaMemcpyDeviceToHost));                                 \
-        double worst = 0;                                                                                    \
-        for (int i = 0; i < H; ++i) worst = std::max(worst, (double)fabs(other[i] - g4_out[i]) / (fabs(g4_out[i]) + 1e-3)); \
-        printf("  max rel. difference from g4: %.0e\n", worst);                                              \
+        printf("  max rel. difference from g4: %.0e\n", down_difference());                                  \
     }
     DOWN(1) DOWN(2) DOWN(4)
     return 0;

@@ -5,9 +5,10 @@
 //   down:    out[t, c] = Σ_slot w[r] · (h[r]·Wd[e, c])                (f32)
 // Each output is reduced with batches of independent 16-byte loads (a decode GEMV is bound by
 // memory latency unless many loads are in flight); rounding to T happens where the composed arm
-// stores an intermediate in T. The weights are T (moe_experts)
-// or e4m3 with one f32 scale per row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in
-// registers, the scale applied to each row's sum), through gemv.cuh's weight decoders.
+// stores an intermediate in T. The weights are T (moe_experts) or e4m3 with one f32 scale per
+// row (moe_experts_fp8: an FP8 checkpoint's experts, decoded in registers, the scale applied to
+// each row's sum), loaded and decoded by gemv.cuh's weight decoders (`W::load`, as the dense
+// GEMVs load theirs).
 #include "gemv.cuh"
 
 #define G4_MOE_BATCH 8
@@ -38,8 +39,8 @@ __device__ void moe_experts_gate_up(const T* x, const uint32_t* ids, const typen
 #pragma unroll
         for (int b = 0; b < G4_MOE_GATE_UP_BATCH; ++b) {
             const int i = base + b * step;
-            gb[b] = i < vectors ? gate[i] : make_uint4(0, 0, 0, 0);
-            ub[b] = i < vectors ? up[i] : make_uint4(0, 0, 0, 0);
+            gb[b] = i < vectors ? W::load(gate + i) : make_uint4(0, 0, 0, 0);
+            ub[b] = i < vectors ? W::load(up + i) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int b = 0; b < G4_MOE_GATE_UP_BATCH; ++b) {
@@ -99,7 +100,7 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
 #pragma unroll
             for (int b = 0; b < G4_MOE_BATCH; ++b) {
                 const int i = base + b * warp_size;
-                wb[b] = i < vectors ? row[i] : make_uint4(0, 0, 0, 0);
+                wb[b] = i < vectors ? W::load(row + i) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int b = 0; b < G4_MOE_BATCH; ++b) {
