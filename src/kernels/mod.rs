@@ -39,6 +39,7 @@ pub mod moe_experts_fp8;
 pub mod moe_experts_fp8_dynamic;
 pub mod moe_gather_rows;
 pub mod moe_inputs;
+pub mod moe_mlps;
 pub mod moe_output;
 pub mod moe_router_topk;
 pub mod qkv_norm_rope;
@@ -102,6 +103,7 @@ fused_ops! {
     MoeExpertsFp8 => moe_experts_fp8,
     MoeExpertsFp8Dynamic => moe_experts_fp8_dynamic,
     MoeInputs => moe_inputs,
+    MoeMlps => moe_mlps,
     MoeOutput => moe_output,
     Rope => rope,
     QkvNormRope => qkv_norm_rope,

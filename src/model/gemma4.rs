@@ -19,6 +19,7 @@ use crate::kernels::{
     moe_experts_fp8::{moe_experts_fp8, Fp8Experts},
     moe_experts_fp8_dynamic::moe_experts_fp8_dynamic,
     moe_inputs::moe_inputs,
+    moe_mlps::{moe_mlps, RoutedExperts, SharedMlp},
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
     qkv_norm_rope::{qkv_norm_rope, AttentionInputs, CacheRow, KvPart, KvSlot, QkvLayout},
@@ -1019,15 +1020,18 @@ impl DecoderLayer {
         let next_input_norm = next_layer.map(|next| &next.input_norm);
         let norms = DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm);
         let (residual, normed) = dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up)?;
-        let activated = normed
-            .projection
-            .forward_gelu_mul(&normed.rows, Up::Packed)?;
-        let mlp_out = summed(all_reduce, self.mlp.down.forward(&activated)?)?;
+        let (mlp_out, experts) = match &self.moe {
+            Some(moe) => {
+                let (mlp_out, experts) = moe.forward(&residual, &self.mlp, &normed, eps)?;
+                (mlp_out, Some(summed(all_reduce, experts)?))
+            }
+            None => (self.mlp.forward(&normed)?, None),
+        };
+        let mlp_out = summed(all_reduce, mlp_out)?;
         // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
         // can fuse with the scalar and the next layer's input norm.
-        let (mut x, mut last_add) = match &self.moe {
-            Some(moe) => {
-                let experts = summed(all_reduce, moe.forward(&residual, eps)?)?;
+        let (mut x, mut last_add) = match (&self.moe, experts) {
+            (Some(moe), Some(experts)) => {
                 // The block ends the layer unless a PLE branch follows it.
                 let ends_layer = self.ple.is_none();
                 let norms = OutputNorms {
@@ -1043,7 +1047,7 @@ impl DecoderLayer {
                 }
                 (out, None)
             }
-            None => (residual, Some((mlp_out, &self.post_feedforward_norm))),
+            _ => (residual, Some((mlp_out, &self.post_feedforward_norm))),
         };
         if let (Some(layer_ple), Some(ple)) = (&self.ple, ple) {
             if let Some((branch, norm)) = last_add.take() {
@@ -1232,16 +1236,60 @@ impl ExpertLayer<'_> {
     }
 }
 
+impl Mlp {
+    /// The dense MLP on its normed input.
+    fn forward(&self, normed: &NormedInput) -> Result<Tensor> {
+        let activated = normed
+            .projection
+            .forward_gelu_mul(&normed.rows, Up::Packed)?;
+        Ok(self.down.forward(&activated)?)
+    }
+}
+
 impl Moe {
-    /// The expert branch over the post-attention residual `r [1, S, H]` (§2.7): its f32 sum
-    /// `[1, S, H]`.
-    fn forward(&self, residual: &Tensor, eps: f64) -> Result<Tensor> {
+    /// The layer's two MLPs (§2.7): the dense `mlp` on its `normed` input, and the expert branch
+    /// over the post-attention residual `r [1, S, H]` — the dense output and the experts' f32
+    /// sum `[1, S, H]`. Both in `moe_mlps` where the weights are all in the compute dtype (its
+    /// native arm runs them in two launches in decode).
+    fn forward(
+        &self,
+        residual: &Tensor,
+        mlp: &Mlp,
+        normed: &NormedInput,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor)> {
         let (_, seq, hidden) = residual.dims3()?;
         let flat = residual.reshape((seq, hidden))?;
         let (routed, inputs) = moe_inputs(&flat, &self.router_scale, &self.pre_norm_2, eps)?;
         let logits = linear(&routed, &self.router_proj)?;
-        let (weights, experts) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
-        let acc = self.experts.forward(&inputs, &experts, &weights)?;
-        Ok(acc.reshape((1, seq, hidden))?)
+        let (weights, ids) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
+        let (mlp_out, acc) = match (normed.projection, &mlp.down, &self.experts) {
+            (
+                Projection::Dense(shared_gate_up),
+                Projection::Dense(shared_down),
+                Experts::Dense { gate_up, down },
+            ) => {
+                let shared_x = normed.rows.reshape((seq, hidden))?;
+                let shared = SharedMlp {
+                    x: &shared_x,
+                    gate_up: shared_gate_up,
+                    down: shared_down,
+                };
+                let routed = RoutedExperts {
+                    x: &inputs,
+                    ids: &ids,
+                    weights: &weights,
+                    gate_up,
+                    down,
+                };
+                let (mlp_out, acc) = moe_mlps(shared, routed)?;
+                (mlp_out.reshape(normed.rows.dims())?, acc)
+            }
+            _ => (
+                mlp.forward(normed)?,
+                self.experts.forward(&inputs, &ids, &weights)?,
+            ),
+        };
+        Ok((mlp_out, acc.reshape((1, seq, hidden))?))
     }
 }
