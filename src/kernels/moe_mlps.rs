@@ -8,45 +8,32 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
-pub use super::linear_gelu_mul::Weights;
-use super::linear_gelu_mul::{self, Up};
+use super::linear_gelu_mul::{self, Up, Weights};
 use super::moe_experts::{self, NATIVE_MAX_SLOTS, NATIVE_MAX_TOKENS};
-use super::moe_experts_fp8::{self, Fp8Experts};
-use super::{arm_for, dequant_fp8_channel, linear, matmul_bt_fp8_channel, reference, Arm, Op};
+use super::{arm_for, linear, reference, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
 
 const OP: Op = Op::MoeMlps;
 
-/// The shared MLP: its input `x [S, H]`, `gate_up [2·Ws, H]` (`[gate ‖ up]`) and `down [H, Ws]`.
+/// The shared MLP: its input `x [S, H]`, `gate_up [2·Ws, H]` (`[gate ‖ up]`) and `down [H, Ws]`,
+/// all in x's dtype.
 #[derive(Clone, Copy)]
 pub struct SharedMlp<'a> {
     pub x: &'a Tensor,
-    pub gate_up: Weights<'a>,
-    pub down: Weights<'a>,
+    pub gate_up: &'a Tensor,
+    pub down: &'a Tensor,
 }
 
-/// Every expert's projections, `gate_up [E, 2W, H]` and `down [E, H, W]`: in x's dtype
-/// (`moe_experts`), or e4m3 with their row scales (`moe_experts_fp8`).
-#[derive(Clone, Copy)]
-pub enum ExpertWeights<'a> {
-    Dense {
-        gate_up: &'a Tensor,
-        down: &'a Tensor,
-    },
-    Fp8 {
-        gate_up: Fp8Experts<'a>,
-        down: Fp8Experts<'a>,
-    },
-}
-
-/// The routed experts: their input `x [S, H]`, `ids [S, K]` u32 and `weights [S, K]` f32.
+/// The routed experts, as `moe_experts` takes them: `x [S, H]`, `ids [S, K]` u32, `weights
+/// [S, K]` f32, `gate_up [E, 2W, H]`, `down [E, H, W]`.
 #[derive(Clone, Copy)]
 pub struct RoutedExperts<'a> {
     pub x: &'a Tensor,
     pub ids: &'a Tensor,
     pub weights: &'a Tensor,
-    pub experts: ExpertWeights<'a>,
+    pub gate_up: &'a Tensor,
+    pub down: &'a Tensor,
 }
 
 /// → the shared MLP's output `[S, H]` in x's dtype and the experts' weighted sum `[S, H]` f32.
@@ -66,25 +53,19 @@ pub fn moe_mlps_on(arm: Arm, shared: SharedMlp, routed: RoutedExperts) -> Result
     }
 }
 
-/// Each MLP through its own ops (`linear_gelu_mul`, then `linear` or `matmul_bt_fp8_channel`;
-/// `moe_experts` or `moe_experts_fp8`), each on the arm the registry picks for it.
+/// Each MLP through its own ops (`linear_gelu_mul`, `linear`, `moe_experts`), each on the arm
+/// the registry picks for it.
 pub fn composed(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tensor)> {
-    let activated = linear_gelu_mul::linear_gelu_mul(shared.x, shared.gate_up, Up::Packed)?;
-    let shared_out = match shared.down {
-        Weights::Dense(w) => linear::linear(&activated, w)?,
-        Weights::Fp8 { weight, scale } => {
-            matmul_bt_fp8_channel::matmul_bt_fp8_channel(&activated, weight, scale)?
-        }
-    };
-    let (x, ids, weights) = (routed.x, routed.ids, routed.weights);
-    let experts = match routed.experts {
-        ExpertWeights::Dense { gate_up, down } => {
-            moe_experts::moe_experts(x, ids, weights, gate_up, down)?
-        }
-        ExpertWeights::Fp8 { gate_up, down } => {
-            moe_experts_fp8::moe_experts_fp8(x, ids, weights, gate_up, down)?
-        }
-    };
+    let activated =
+        linear_gelu_mul::linear_gelu_mul(shared.x, Weights::Dense(shared.gate_up), Up::Packed)?;
+    let shared_out = linear::linear(&activated, shared.down)?;
+    let experts = moe_experts::moe_experts(
+        routed.x,
+        routed.ids,
+        routed.weights,
+        routed.gate_up,
+        routed.down,
+    )?;
     Ok((shared_out, experts))
 }
 
@@ -97,45 +78,28 @@ fn shared_warps(shared_width: usize, width: usize) -> usize {
     shared_width.div_ceil(width).clamp(1, MAX_SHARED_WARPS)
 }
 
-/// A projection as the kernels read it: its weight rows and, when e4m3, their scales.
-type Rows<'a> = (&'a Tensor, Option<&'a Tensor>);
-
-fn rows(weights: Weights) -> Rows {
-    match weights {
-        Weights::Dense(w) => (w, None),
-        Weights::Fp8 { weight, scale } => (weight, Some(scale)),
-    }
-}
-
 /// CUDA arm: for decode, `moe_experts`' two launches with the shared MLP inside them
-/// (`g4_moe_mlps_gate_up` and `g4_moe_mlps_down`, or their `_fp8` pair, in
-/// src/kernels/cuda/moe_experts.cu), where all four projections are in x's dtype or all e4m3;
-/// otherwise the composed arm.
+/// (`g4_moe_mlps_gate_up`, `g4_moe_mlps_down` in src/kernels/cuda/moe_experts.cu); otherwise
+/// the composed arm.
 fn native_fwd(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tensor)> {
     use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg, Grid};
-    let (device, dtype) = (shared.x.device(), shared.x.dtype());
-    let (tokens, hidden) = shared.x.dims2()?;
+    let x = shared.x;
+    let (tokens, hidden) = x.dims2()?;
     let slots = routed.ids.dim(1)?;
-    let (gate_up, down) = match routed.experts {
-        ExpertWeights::Dense { gate_up, down } => ((gate_up, None), (down, None)),
-        ExpertWeights::Fp8 { gate_up, down } => (
-            (gate_up.weight, Some(gate_up.scale)),
-            (down.weight, Some(down.scale)),
-        ),
-    };
-    let projections = [rows(shared.gate_up), rows(shared.down), gate_up, down];
-    let e4m3 = projections[0].1.is_some();
-    let weight_dtype = if e4m3 { DType::F8E4M3 } else { dtype };
-    let one_format = projections
-        .iter()
-        .all(|(w, scale)| scale.is_some() == e4m3 && w.dtype() == weight_dtype);
-    // down [E, H, W] and the shared down [H, Ws].
-    let (width, shared_width) = (down.0.dim(2)?, projections[1].0.dim(1)?);
-    let per_vector = 16 / weight_dtype.size_in_bytes();
-    let fits = one_format
-        && routed.x.dtype() == dtype
-        && routed.x.dims2()? == (tokens, hidden)
+    let (width, shared_width) = (routed.down.dim(2)?, shared.down.dim(1)?);
+    let per_vector = 16 / x.dtype().size_in_bytes();
+    let same_dtype = [
+        routed.x,
+        shared.gate_up,
+        shared.down,
+        routed.gate_up,
+        routed.down,
+    ]
+    .iter()
+    .all(|t| t.dtype() == x.dtype());
+    let fits = same_dtype
         && tokens <= NATIVE_MAX_TOKENS
+        && routed.x.dims2()? == (tokens, hidden)
         && slots <= NATIVE_MAX_SLOTS
         && [hidden, width, shared_width]
             .iter()
@@ -143,29 +107,21 @@ fn native_fwd(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tenso
     if !fits {
         return composed(shared, routed);
     }
-    let contiguous = |t: &Tensor| t.contiguous();
-    let (shared_x, routed_x) = (contiguous(shared.x)?, contiguous(routed.x)?);
-    let weights: Vec<Tensor> = projections
-        .iter()
-        .map(|(w, _)| contiguous(w))
-        .collect::<Result<_>>()?;
-    if ![&shared_x, &routed_x]
-        .into_iter()
-        .chain(&weights)
-        .all(vector_aligned)
-    {
+    let inputs = [
+        shared.x.contiguous()?,
+        routed.x.contiguous()?,
+        shared.gate_up.contiguous()?,
+        shared.down.contiguous()?,
+        routed.gate_up.contiguous()?,
+        routed.down.contiguous()?,
+    ];
+    if !inputs.iter().all(vector_aligned) {
         return composed(shared, routed);
     }
-    let scales: Vec<Option<Tensor>> = projections
-        .iter()
-        .map(|(_, s)| s.map(|s| s.to_dtype(DType::F32)?.contiguous()).transpose())
-        .collect::<Result<_>>()?;
-    // One projection's arguments: its weight, then its scales when it has them.
-    let weight_args = |i: usize| {
-        std::iter::once(Arg::Tensor(&weights[i])).chain(scales[i].as_ref().map(Arg::Tensor))
-    };
+    let [shared_x, routed_x, shared_gate_up, shared_down, gate_up, down] = &inputs;
     let ids = routed.ids.to_dtype(DType::U32)?.contiguous()?;
-    let routing_weights = routed.weights.to_dtype(DType::F32)?.contiguous()?;
+    let weights = routed.weights.to_dtype(DType::F32)?.contiguous()?;
+    let (device, dtype) = (x.device(), x.dtype());
     let h = empty((tokens * slots, width), dtype, device)?;
     let shared_h = empty((tokens, shared_width), dtype, device)?;
     let experts = empty((tokens, hidden), DType::F32, device)?;
@@ -181,38 +137,47 @@ fn native_fwd(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tenso
         slots + shared_warps(shared_width, width),
         lanes,
     );
-    let kernel = if e4m3 { "moe_mlps_fp8" } else { "moe_mlps" };
     let sizes = [
         Arg::I32(slots as i32),
         Arg::I32(hidden as i32),
         Arg::I32(width as i32),
     ];
-    let mut args = vec![Arg::Tensor(&routed_x), Arg::Tensor(&ids)];
-    args.extend(weight_args(2));
-    args.push(Arg::Tensor(&h));
+    let mut args = vec![
+        Arg::Tensor(routed_x),
+        Arg::Tensor(&ids),
+        Arg::Tensor(gate_up),
+        Arg::Tensor(&h),
+    ];
     args.extend(sizes);
-    args.push(Arg::Tensor(&shared_x));
-    args.extend(weight_args(0));
     args.extend([
+        Arg::Tensor(shared_x),
+        Arg::Tensor(shared_gate_up),
         Arg::Tensor(&shared_h),
         Arg::I32(tokens as i32),
         Arg::I32(shared_width as i32),
     ]);
-    let name = kernel_name(&format!("{kernel}_gate_up"), dtype)?;
-    launch(&name, device, gate_up_grid, &args)?;
+    launch(
+        &kernel_name("moe_mlps_gate_up", dtype)?,
+        device,
+        gate_up_grid,
+        &args,
+    )?;
     let mut args = vec![
         Arg::Tensor(&h),
         Arg::Tensor(&ids),
-        Arg::Tensor(&routing_weights),
+        Arg::Tensor(&weights),
+        Arg::Tensor(down),
+        Arg::Tensor(&experts),
     ];
-    args.extend(weight_args(3));
-    args.push(Arg::Tensor(&experts));
     args.extend(sizes);
-    args.push(Arg::Tensor(&shared_h));
-    args.extend(weight_args(1));
-    args.extend([Arg::Tensor(&shared_out), Arg::I32(shared_width as i32)]);
+    args.extend([
+        Arg::Tensor(&shared_h),
+        Arg::Tensor(shared_down),
+        Arg::Tensor(&shared_out),
+        Arg::I32(shared_width as i32),
+    ]);
     launch(
-        &kernel_name(&format!("{kernel}_down"), dtype)?,
+        &kernel_name("moe_mlps_down", dtype)?,
         device,
         down_grid,
         &args,
@@ -242,8 +207,7 @@ pub fn shared_reference(
 }
 
 /// The op's contract (`contract.rs`): the shared MLP's output then the experts' sum, checked
-/// against `shared_reference` and `moe_experts::reference` (on the dequantised weights where
-/// they are e4m3) in every case below.
+/// against `shared_reference` and `moe_experts::reference` in every case below.
 pub const CONTRACT: OpContract = OpContract {
     spec: OpSpec::floats(ToleranceClass::RoundsIntermediate).shape_paths(SHAPE_PATHS),
     cases,
@@ -252,8 +216,7 @@ pub const CONTRACT: OpContract = OpContract {
         Mutant {
             what: "the shared MLP fed the experts' input",
             run: |c| {
-                let inputs = CaseInputs::of(c)?;
-                let (mut shared, routed) = inputs.op_inputs(c);
+                let (mut shared, routed) = inputs_of(c);
                 shared.x = routed.x;
                 let (shared_out, experts) = composed(shared, routed)?;
                 Ok(vec![shared_out, experts])
@@ -262,8 +225,7 @@ pub const CONTRACT: OpContract = OpContract {
         Mutant {
             what: "the experts fed the shared MLP's input",
             run: |c| {
-                let inputs = CaseInputs::of(c)?;
-                let (shared, mut routed) = inputs.op_inputs(c);
+                let (shared, mut routed) = inputs_of(c);
                 routed.x = shared.x;
                 let (shared_out, experts) = composed(shared, routed)?;
                 Ok(vec![shared_out, experts])
@@ -275,65 +237,47 @@ pub const CONTRACT: OpContract = OpContract {
 /// Shapes the native arm hands to another path.
 const SHAPE_PATHS: &[ShapePath] = &[
     ShapePath {
-        shapes: "up to 8 tokens (decode), up to 8 experts each, H, W and Ws whole 16-byte vectors \
-                 of weights, all four projections in x's dtype or all e4m3",
+        shapes: "up to 8 tokens (decode), up to 8 experts each, H, W and Ws whole 16-byte vectors",
         path: "native: the shared MLP inside the experts' two launches",
-        case: "S1 top-8 of 10 H2816 W704 Ws2112 dense",
+        case: "S1 top-8 of 10 H2816 W704 Ws2112",
     },
     ShapePath {
         shapes: "more than 8 tokens (prefill)",
-        path: "composed: linear_gelu_mul, linear (or matmul_bt_fp8_channel) and moe_experts (or \
-               moe_experts_fp8) apart",
-        case: "S9 top-2 of 2 H2816 W704 Ws2112 e4m3",
+        path: "composed: linear_gelu_mul, linear and moe_experts apart",
+        case: "S9 top-2 of 2 H2816 W704 Ws2112",
     },
     ShapePath {
-        shapes: "H, W or Ws not a whole number of 16-byte vectors of weights",
-        path: "composed",
-        case: "S3 top-2 of 5 H36 W20 Ws60 dense",
+        shapes: "H, W or Ws not a whole number of 16-byte vectors",
+        path: "composed: linear_gelu_mul, linear and moe_experts apart",
+        case: "S3 top-2 of 5 H36 W20 Ws60",
     },
 ];
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
-    // (tokens, experts per token, experts, hidden, expert width, shared width, e4m3): small
-    // decode steps (a shared row shorter than an expert's, and one 3.5 expert rows long), a
-    // prefill block, and 26B-A4B's sizes (H 2816, W 704, Ws 2112) in decode top-8 (10 experts
-    // instead of 128 keep the check small) and in a prefill, with dense and e4m3 weights.
-    for (tokens, slots, experts, hidden, width, shared_width, e4m3) in [
-        (1, 2, 4, 64, 32, 16, false),
-        (3, 2, 5, 36, 20, 60, false),
-        (8, 4, 6, 128, 32, 112, false),
-        (12, 2, 6, 64, 32, 96, false),
-        (1, 8, 10, 2816, 704, 2112, false),
-        (2, 4, 6, 128, 48, 176, true),
-        (1, 8, 10, 2816, 704, 2112, true),
-        (9, 2, 2, 2816, 704, 2112, true),
+    // (tokens, experts per token, experts, hidden, expert width, shared width): small decode
+    // steps (a shared row shorter than an expert's, and one 3.5 expert rows long), a prefill
+    // block, and 26B-A4B's sizes (H 2816, W 704, Ws 2112) in decode top-8 (10 experts instead
+    // of 128 keep the check small) and in a prefill.
+    for (tokens, slots, experts, hidden, width, shared_width) in [
+        (1, 2, 4, 64, 32, 16),
+        (3, 2, 5, 36, 20, 60),
+        (8, 4, 6, 128, 32, 112),
+        (12, 2, 6, 64, 32, 96),
+        (1, 8, 10, 2816, 704, 2112),
+        (9, 2, 2, 2816, 704, 2112),
     ] {
         let mut c = Builder::new(device, dtype, rng);
-        // e4m3 weights reach ±448 before their scales: small activations (moe_experts_fp8's).
-        let reach = if e4m3 {
-            0.05 * (128.0 / hidden as f64).sqrt().min(1.0)
-        } else {
-            1.0
-        };
-        let shared_x = c.uniform(&[tokens, hidden], -reach, reach)?;
-        let x = c.uniform(&[tokens, hidden], -reach, reach)?;
+        let shared_x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
+        let x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
         let (ids, weights) = moe_experts::routing_inputs(&mut c, tokens, slots, experts)?;
-        // Each weight [rows, cols] as the reference sees it: uniform in ±2/√cols, or e4m3 with
-        // row scales (a raw input and a float one) dequantised.
-        let mut weight = |rows: usize, cols: usize| -> Result<Vec<f64>> {
-            if e4m3 {
-                let (w, scale) = dequant_fp8_channel::fp8_weight(&mut c, rows, cols)?;
-                Ok(dequant_fp8_channel::reference(&w, &scale, cols))
-            } else {
-                let spread = (cols as f64).powf(-0.5) * 2.0;
-                c.uniform(&[rows, cols], -spread, spread)
-            }
-        };
-        let shared_gate_up = weight(2 * shared_width, hidden)?;
-        let shared_down = weight(hidden, shared_width)?;
-        let gate_up = weight(experts * 2 * width, hidden)?;
-        let down = weight(experts * hidden, width)?;
+        let spread = (hidden as f64).powf(-0.5) * 2.0;
+        let shared_gate_up = c.uniform(&[2 * shared_width, hidden], -spread, spread)?;
+        let shared_spread = (shared_width as f64).powf(-0.5) * 2.0;
+        let shared_down = c.uniform(&[hidden, shared_width], -shared_spread, shared_spread)?;
+        let gate_up = c.uniform(&[experts, 2 * width, hidden], -spread, spread)?;
+        let down_spread = (width as f64).powf(-0.5) * 2.0;
+        let down = c.uniform(&[experts, hidden, width], -down_spread, down_spread)?;
         let mut expected = shared_reference(
             &shared_x,
             &shared_gate_up,
@@ -344,99 +288,33 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         expected.extend(moe_experts::reference(
             &x, &ids, &weights, &gate_up, &down, slots, hidden, width, Ok,
         )?);
-        let label = format!(
-            "S{tokens} top-{slots} of {experts} H{hidden} W{width} Ws{shared_width} {}",
-            if e4m3 { "e4m3" } else { "dense" }
-        );
+        let label =
+            format!("S{tokens} top-{slots} of {experts} H{hidden} W{width} Ws{shared_width}");
         cases.push(c.finish(label, expected));
     }
     Ok(cases)
 }
 
-/// A case's weights shaped as the op takes them. Float inputs 0–2 are `x_s`, `x` and the
-/// routing weights, raw input 0 the ids; then, in the order the case drew them (shared gate_up,
-/// shared down, gate_up, down), either float inputs 3–6 (dense, the experts' as `[E·rows,
-/// cols]`) or raw inputs 1–4 with their scales as float inputs 3–6 (e4m3).
-struct CaseInputs {
-    weights: [Tensor; 4],
-    scales: Option<[Tensor; 4]>,
-}
-
-impl CaseInputs {
-    fn of(c: &Case) -> Result<CaseInputs> {
-        let hidden = c.float(0).dim(1)?;
-        let e4m3 = c.raws().len() > 1;
-        let weight = |i: usize| if e4m3 { c.raw(1 + i) } else { c.float(3 + i) };
-        let (gate_up_rows, _) = weight(2).dims2()?;
-        let width = weight(3).dim(1)?;
-        let experts = gate_up_rows / (2 * width);
-        let weights = [
-            weight(0).clone(),
-            weight(1).clone(),
-            weight(2).reshape((experts, 2 * width, hidden))?,
-            weight(3).reshape((experts, hidden, width))?,
-        ];
-        let scales = if e4m3 {
-            Some([
-                c.float(3).clone(),
-                c.float(4).clone(),
-                c.float(5).reshape((experts, 2 * width))?,
-                c.float(6).reshape((experts, hidden))?,
-            ])
-        } else {
-            None
-        };
-        Ok(CaseInputs { weights, scales })
-    }
-
-    fn op_inputs<'a>(&'a self, c: &'a Case) -> (SharedMlp<'a>, RoutedExperts<'a>) {
-        let [shared_gate_up, shared_down, gate_up, down] = &self.weights;
-        let (shared, experts) = match &self.scales {
-            None => (
-                (Weights::Dense(shared_gate_up), Weights::Dense(shared_down)),
-                ExpertWeights::Dense { gate_up, down },
-            ),
-            Some([shared_gate_up_scale, shared_down_scale, gate_up_scale, down_scale]) => (
-                (
-                    Weights::Fp8 {
-                        weight: shared_gate_up,
-                        scale: shared_gate_up_scale,
-                    },
-                    Weights::Fp8 {
-                        weight: shared_down,
-                        scale: shared_down_scale,
-                    },
-                ),
-                ExpertWeights::Fp8 {
-                    gate_up: Fp8Experts {
-                        weight: gate_up,
-                        scale: gate_up_scale,
-                    },
-                    down: Fp8Experts {
-                        weight: down,
-                        scale: down_scale,
-                    },
-                },
-            ),
-        };
-        let shared = SharedMlp {
-            x: c.float(0),
-            gate_up: shared.0,
-            down: shared.1,
-        };
-        let routed = RoutedExperts {
-            x: c.float(1),
-            ids: c.raw(0),
-            weights: c.float(2),
-            experts,
-        };
-        (shared, routed)
-    }
+/// A case's inputs as the op takes them: float inputs `[x_s, x, weights, gate_up_s, down_s,
+/// gate_up, down]`, raw input 0 the ids.
+fn inputs_of(c: &Case) -> (SharedMlp<'_>, RoutedExperts<'_>) {
+    let shared = SharedMlp {
+        x: c.float(0),
+        gate_up: c.float(3),
+        down: c.float(4),
+    };
+    let routed = RoutedExperts {
+        x: c.float(1),
+        ids: c.raw(0),
+        weights: c.float(2),
+        gate_up: c.float(5),
+        down: c.float(6),
+    };
+    (shared, routed)
 }
 
 fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
-    let inputs = CaseInputs::of(c)?;
-    let (shared, routed) = inputs.op_inputs(c);
+    let (shared, routed) = inputs_of(c);
     let (shared_out, experts) = moe_mlps_on(arm, shared, routed)?;
     Ok(vec![shared_out, experts])
 }

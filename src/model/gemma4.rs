@@ -19,7 +19,7 @@ use crate::kernels::{
     moe_experts_fp8::{moe_experts_fp8, Fp8Experts},
     moe_experts_fp8_dynamic::moe_experts_fp8_dynamic,
     moe_inputs::moe_inputs,
-    moe_mlps::{moe_mlps, ExpertWeights, RoutedExperts, SharedMlp},
+    moe_mlps::{moe_mlps, RoutedExperts, SharedMlp},
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
     qkv_norm_rope::{qkv_norm_rope, AttentionInputs, CacheRow, KvPart, KvSlot, QkvLayout},
@@ -222,30 +222,6 @@ impl Experts {
                 down_scale,
                 ..
             } => vec![gate_up, gate_up_scale, down, down_scale],
-        }
-    }
-
-    /// The experts as `moe_mlps` takes them: all but FP8_DYNAMIC's (their inputs are rounded).
-    fn weights(&self) -> Option<ExpertWeights<'_>> {
-        match self {
-            Experts::Dense { gate_up, down } => Some(ExpertWeights::Dense { gate_up, down }),
-            Experts::Fp8 {
-                gate_up,
-                gate_up_scale,
-                down,
-                down_scale,
-                inputs: Fp8Activations::AsIs,
-            } => Some(ExpertWeights::Fp8 {
-                gate_up: Fp8Experts {
-                    weight: gate_up,
-                    scale: gate_up_scale,
-                },
-                down: Fp8Experts {
-                    weight: down,
-                    scale: down_scale,
-                },
-            }),
-            Experts::Fp8 { .. } => None,
         }
     }
 
@@ -1273,8 +1249,8 @@ impl Mlp {
 impl Moe {
     /// The layer's two MLPs (§2.7): the dense `mlp` on its `normed` input, and the expert branch
     /// over the post-attention residual `r [1, S, H]` — the dense output and the experts' f32
-    /// sum `[1, S, H]`. Both in `moe_mlps` where it takes the weights (all but CPU panels and
-    /// FP8_DYNAMIC's; its native arm runs both MLPs in two launches in decode).
+    /// sum `[1, S, H]`. Both in `moe_mlps` where the weights are all in the compute dtype (its
+    /// native arm runs them in two launches in decode).
     fn forward(
         &self,
         residual: &Tensor,
@@ -1287,24 +1263,24 @@ impl Moe {
         let (routed, inputs) = moe_inputs(&flat, &self.router_scale, &self.pre_norm_2, eps)?;
         let logits = linear(&routed, &self.router_proj)?;
         let (weights, ids) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
-        let fused = (
-            normed.projection.weights(),
-            mlp.down.weights(),
-            self.experts.weights(),
-        );
-        let (mlp_out, acc) = match fused {
-            (Some(gate_up), Some(down), Some(experts)) => {
+        let (mlp_out, acc) = match (normed.projection, &mlp.down, &self.experts) {
+            (
+                Projection::Dense(shared_gate_up),
+                Projection::Dense(shared_down),
+                Experts::Dense { gate_up, down },
+            ) => {
                 let shared_x = normed.rows.reshape((seq, hidden))?;
                 let shared = SharedMlp {
                     x: &shared_x,
-                    gate_up,
-                    down,
+                    gate_up: shared_gate_up,
+                    down: shared_down,
                 };
                 let routed = RoutedExperts {
                     x: &inputs,
                     ids: &ids,
                     weights: &weights,
-                    experts,
+                    gate_up,
+                    down,
                 };
                 let (mlp_out, acc) = moe_mlps(shared, routed)?;
                 (mlp_out.reshape(normed.rows.dims())?, acc)

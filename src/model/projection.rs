@@ -94,16 +94,6 @@ impl Projection {
         }
     }
 
-    /// Its weight as the fused ops take one, where it is stored that way (not as CPU panels, nor
-    /// behind an input rounding).
-    pub fn weights(&self) -> Option<Weights<'_>> {
-        match self {
-            Projection::Dense(w) => Some(Weights::Dense(w)),
-            Projection::Fp8 { weight, scale } => Some(Weights::Fp8 { weight, scale }),
-            _ => None,
-        }
-    }
-
     /// The tensors that hold it, for counting memory.
     pub fn tensors(&self) -> Box<dyn Iterator<Item = &Tensor> + '_> {
         match self {

@@ -224,25 +224,5 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
                                                    shared_width};                                           \
         moe_experts_down<T, DenseWeights<T>>(h, ids, weights, down, nullptr, out, slots, hidden, width,      \
                                              shared);                                                        \
-    }                                                                                                        \
-    extern "C" __global__ void g4_moe_mlps_fp8_gate_up_##NAME(                                               \
-        const T* x, const uint32_t* ids, const uint8_t* gate_up, const float* scale, T* h, int slots,        \
-        int hidden, int width, const T* shared_x, const uint8_t* shared_gate_up,                             \
-        const float* shared_gate_up_scale, T* shared_h, int tokens, int shared_width) {                      \
-        G4_KERNEL_START();                                                                                   \
-        const SharedMlp<T, E4m3Weights> shared{shared_x, shared_gate_up, shared_gate_up_scale, nullptr,      \
-                                               nullptr,  shared_h,       nullptr,              tokens,       \
-                                               shared_width};                                               \
-        moe_experts_gate_up<T, E4m3Weights>(x, ids, gate_up, scale, h, slots, hidden, width, shared);        \
-    }                                                                                                        \
-    extern "C" __global__ void g4_moe_mlps_fp8_down_##NAME(                                                  \
-        const T* h, const uint32_t* ids, const float* weights, const uint8_t* down, const float* scale,      \
-        float* out, int slots, int hidden, int width, const T* shared_h, const uint8_t* shared_down,         \
-        const float* shared_down_scale, T* shared_out, int shared_width) {                                   \
-        G4_KERNEL_START();                                                                                   \
-        const SharedMlp<T, E4m3Weights> shared{nullptr,           nullptr,    nullptr, shared_down,          \
-                                               shared_down_scale, const_cast<T*>(shared_h), shared_out, 0,  \
-                                               shared_width};                                               \
-        moe_experts_down<T, E4m3Weights>(h, ids, weights, down, scale, out, slots, hidden, width, shared);   \
     }
 G4_FOR_FLOAT_TYPES(G4_MOE_EXPERTS)
