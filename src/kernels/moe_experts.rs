@@ -569,10 +569,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let mut c = Builder::new(device, dtype, rng);
         let x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
         let (ids, weights) = routing_inputs(&mut c, tokens, slots, experts)?;
-        let spread = (hidden as f64).powf(-0.5) * 2.0;
-        let gate_up = c.uniform(&[experts, 2 * width, hidden], -spread, spread)?;
-        let down_spread = (width as f64).powf(-0.5) * 2.0;
-        let down = c.uniform(&[experts, hidden, width], -down_spread, down_spread)?;
+        let (gate_up, down) = mlp_weights(&mut c, &[experts], hidden, width)?;
         let expected = reference(
             &x, &ids, &weights, &gate_up, &down, slots, hidden, width, Ok,
         )?;
@@ -580,6 +577,23 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         cases.push(c.finish(label, expected));
     }
     Ok(cases)
+}
+
+/// A case's GeGLU MLP weights, `gate_up [.., 2·width, hidden]` and `down [.., hidden, width]`
+/// after the `leading` dimensions (the experts: `[E]`; one MLP: none), each uniform in
+/// ±2/√(its K).
+pub(super) fn mlp_weights(
+    c: &mut Builder,
+    leading: &[usize],
+    hidden: usize,
+    width: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let shape = |rows: usize, cols: usize| [leading, &[rows, cols]].concat();
+    let spread = (hidden as f64).powf(-0.5) * 2.0;
+    let gate_up = c.uniform(&shape(2 * width, hidden), -spread, spread)?;
+    let down_spread = (width as f64).powf(-0.5) * 2.0;
+    let down = c.uniform(&shape(hidden, width), -down_spread, down_spread)?;
+    Ok((gate_up, down))
 }
 
 /// A case's routing: distinct experts per token, as top-k chooses them (the ids, a raw input),

@@ -278,13 +278,9 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         let shared_x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
         let x = c.uniform(&[tokens, hidden], -1.0, 1.0)?;
         let (ids, weights) = moe_experts::routing_inputs(&mut c, tokens, slots, experts)?;
-        let spread = (hidden as f64).powf(-0.5) * 2.0;
-        let shared_gate_up = c.uniform(&[2 * shared_width, hidden], -spread, spread)?;
-        let shared_spread = (shared_width as f64).powf(-0.5) * 2.0;
-        let shared_down = c.uniform(&[hidden, shared_width], -shared_spread, shared_spread)?;
-        let gate_up = c.uniform(&[experts, 2 * width, hidden], -spread, spread)?;
-        let down_spread = (width as f64).powf(-0.5) * 2.0;
-        let down = c.uniform(&[experts, hidden, width], -down_spread, down_spread)?;
+        let (shared_gate_up, shared_down) =
+            moe_experts::mlp_weights(&mut c, &[], hidden, shared_width)?;
+        let (gate_up, down) = moe_experts::mlp_weights(&mut c, &[experts], hidden, width)?;
         let mut expected = shared_reference(
             &shared_x,
             &shared_gate_up,
