@@ -1020,18 +1020,19 @@ impl DecoderLayer {
         let next_input_norm = next_layer.map(|next| &next.input_norm);
         let norms = DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm);
         let (residual, normed) = dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up)?;
-        let (mlp_out, experts) = match &self.moe {
+        // The dense MLP's output, and the MoE block with its experts' sum where there is one.
+        let (mlp_out, moe_branch) = match &self.moe {
             Some(moe) => {
                 let (mlp_out, experts) = moe.forward(&residual, &self.mlp, &normed, eps)?;
-                (mlp_out, Some(summed(all_reduce, experts)?))
+                (mlp_out, Some((moe, summed(all_reduce, experts)?)))
             }
             None => (self.mlp.forward(&normed)?, None),
         };
         let mlp_out = summed(all_reduce, mlp_out)?;
         // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
         // can fuse with the scalar and the next layer's input norm.
-        let (mut x, mut last_add) = match (&self.moe, experts) {
-            (Some(moe), Some(experts)) => {
+        let (mut x, mut last_add) = match moe_branch {
+            Some((moe, experts)) => {
                 // The block ends the layer unless a PLE branch follows it.
                 let ends_layer = self.ple.is_none();
                 let norms = OutputNorms {
@@ -1047,7 +1048,7 @@ impl DecoderLayer {
                 }
                 (out, None)
             }
-            _ => (residual, Some((mlp_out, &self.post_feedforward_norm))),
+            None => (residual, Some((mlp_out, &self.post_feedforward_norm))),
         };
         if let (Some(layer_ple), Some(ple)) = (&self.ple, ple) {
             if let Some((branch, norm)) = last_add.take() {
@@ -1249,8 +1250,9 @@ impl Mlp {
 impl Moe {
     /// The layer's two MLPs (§2.7): the dense `mlp` on its `normed` input, and the expert branch
     /// over the post-attention residual `r [1, S, H]` — the dense output and the experts' f32
-    /// sum `[1, S, H]`. Both in `moe_mlps` where the weights are all in the compute dtype (its
-    /// native arm runs them in two launches in decode).
+    /// sum `[1, S, H]`. Both in `moe_mlps` where all four projections are plain tensors in the
+    /// compute dtype (not CPU panels, not e4m3): its native arm runs them in two launches in
+    /// decode.
     fn forward(
         &self,
         residual: &Tensor,

@@ -219,9 +219,8 @@ __device__ void moe_experts_down(const T* h, const uint32_t* ids, const float* w
         int hidden, int width, const T* shared_h, const T* shared_down, T* shared_out, int shared_width) {   \
         G4_KERNEL_START();                                                                                   \
         /* down only reads the GeGLU rows that gate_up wrote */                                              \
-        const SharedMlp<T, DenseWeights<T>> shared{nullptr,    nullptr,    nullptr, shared_down,            \
-                                                   nullptr,    const_cast<T*>(shared_h), shared_out, 0,     \
-                                                   shared_width};                                           \
+        const SharedMlp<T, DenseWeights<T>> shared{nullptr, nullptr, nullptr, shared_down, nullptr,          \
+                                                   const_cast<T*>(shared_h), shared_out, 0, shared_width};   \
         moe_experts_down<T, DenseWeights<T>>(h, ids, weights, down, nullptr, out, slots, hidden, width,      \
                                              shared);                                                        \
     }
