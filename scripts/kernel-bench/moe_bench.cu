@@ -10,12 +10,12 @@
 template <typename W>
 __global__ void gate_up_loaded(const bf* x, const uint32_t* ids, const bf* gate_up, bf* h, int slots, int hidden,
                                int width) {
-    moe_experts_gate_up<bf, W>(x, ids, gate_up, nullptr, h, slots, hidden, width);
+    moe_experts_gate_up<bf, W>(x, ids, gate_up, nullptr, h, slots, hidden, width, {});
 }
 template <typename W>
 __global__ void down_loaded(const bf* h, const uint32_t* ids, const float* weights, const bf* down, float* out,
                             int slots, int hidden, int width) {
-    moe_experts_down<bf, W>(h, ids, weights, down, nullptr, out, slots, hidden, width);
+    moe_experts_down<bf, W>(h, ids, weights, down, nullptr, out, slots, hidden, width, {});
 }
 
 // gate_up with P warps per (slot, column), blocks of WPB warps: each warp takes 1/P of the hidden
