@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stop 63, call 3: `moe_mlps` — a MoE layer's shared MLP inside the experts' two decode
-# launches (four launches were four). Payload target/s63c3/bins.tar.xz: g4-moe (call 2's,
+# launches (where there were four). Payload target/s63c3/bins.tar.xz: g4-moe (call 2's,
 # ae1d670: the experts' loads through `W::load`) and g4-mlps (this stop's tree).
 # 1. g4-mlps: probe-ops of moe_mlps, moe_experts, moe_experts_fp8; the goldens with graph and
 #    eager decode.
