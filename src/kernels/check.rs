@@ -9,6 +9,8 @@ use super::contract::{OpContract, Tolerance};
 use super::native::{poison, Arm};
 use super::Op;
 use candle_core::{DType, Device, Result, Tensor};
+use float8::F8E4M3;
+use half::{bf16, f16};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
 
@@ -208,13 +210,7 @@ fn compare(
         }
     }
     for guarded in &case.floats {
-        if guarded
-            .buffer
-            .to_dtype(DType::F32)?
-            .to_dtype(DType::F64)?
-            .to_vec1::<f64>()?
-            != guarded.before
-        {
+        if !unchanged(&guarded.buffer, &guarded.before)? {
             return Ok(Some(
                 "wrote outside its output (an input or a guard cell changed)".into(),
             ));
@@ -262,6 +258,28 @@ fn compare(
     Ok(None)
 }
 
+/// A host tensor in `dtype` holding `values`, which `Builder::round` made exact in it.
+fn exact_tensor(values: &[f64], dtype: DType) -> Result<Tensor> {
+    let cpu = &Device::Cpu;
+    match dtype {
+        DType::F64 => Tensor::from_slice(values, values.len(), cpu),
+        DType::F32 => Tensor::from_iter(values.iter().map(|&v| v as f32), cpu),
+        DType::BF16 => Tensor::from_iter(values.iter().map(|&v| bf16::from_f64(v)), cpu),
+        DType::F16 => Tensor::from_iter(values.iter().map(|&v| f16::from_f64(v)), cpu),
+        other => candle_core::bail!("check inputs cannot be {other:?}"),
+    }
+}
+
+/// Whether `buffer` still holds exactly `before` (an f32 copy is exact for every float dtype
+/// the checks use but f64, and halves what a real-size case copies).
+fn unchanged(buffer: &Tensor, before: &[f64]) -> Result<bool> {
+    if buffer.dtype() == DType::F64 {
+        return Ok(buffer.to_vec1::<f64>()? == before);
+    }
+    let now = buffer.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    Ok(now.len() == before.len() && now.iter().zip(before).all(|(&a, &b)| a as f64 == b))
+}
+
 /// Case construction: inputs are rounded to the dtype first, so the f64 reference sees exactly
 /// what the arm sees.
 pub struct Builder<'a> {
@@ -283,16 +301,22 @@ impl<'a> Builder<'a> {
         }
     }
 
-    pub fn round(&self, values: Vec<f64>, dtype: DType) -> Result<Vec<f64>> {
-        let n = values.len();
-        // Via f32: candle 0.11.1's CPU conversion between F8E4M3 and F64 never returns.
-        let rounded = Tensor::from_vec(values, n, &Device::Cpu)?
-            .to_dtype(DType::F32)?
-            .to_dtype(dtype)?;
-        rounded
-            .to_dtype(DType::F32)?
-            .to_dtype(DType::F64)?
-            .to_vec1()
+    /// `values` rounded to `dtype` as candle's conversion from f32 rounds them (the kernels
+    /// round f32 results, so the references do too), in place: real-size cases hold tens of
+    /// millions of values, and a round trip through tensors would copy them four times.
+    pub fn round(&self, mut values: Vec<f64>, dtype: DType) -> Result<Vec<f64>> {
+        let via_f32: fn(f32) -> f64 = match dtype {
+            DType::F64 => return Ok(values),
+            DType::F32 => |v| v as f64,
+            DType::BF16 => |v| bf16::from_f32(v).to_f64(),
+            DType::F16 => |v| f16::from_f32(v).to_f64(),
+            DType::F8E4M3 => |v| F8E4M3::from_f32(v).to_f64(),
+            other => candle_core::bail!("check inputs cannot be {other:?}"),
+        };
+        for v in &mut values {
+            *v = via_f32(*v as f32);
+        }
+        Ok(values)
     }
 
     /// A float input of `shape` in `dtype` holding `values` (rounded to `dtype`).
@@ -303,15 +327,14 @@ impl<'a> Builder<'a> {
         values: Vec<f64>,
     ) -> Result<Vec<f64>> {
         let n: usize = shape.iter().product();
-        let values = self.round(values, dtype)?;
-        let mut host = vec![GUARD_VALUE; GUARD];
-        host.extend(&values);
-        host.extend(vec![GUARD_VALUE; GUARD]);
+        let mut host = Vec::with_capacity(n + 2 * GUARD);
+        host.extend([GUARD_VALUE; GUARD]);
+        host.extend(values);
+        host.extend([GUARD_VALUE; GUARD]);
         let host = self.round(host, dtype)?;
-        let buffer = Tensor::from_vec(host.clone(), host.len(), &Device::Cpu)?
-            .to_dtype(dtype)?
-            .to_device(self.device)?;
+        let buffer = exact_tensor(&host, dtype)?.to_device(self.device)?;
         let view = buffer.narrow(0, GUARD, n)?.reshape(shape)?;
+        let values = host[GUARD..GUARD + n].to_vec();
         self.floats.push(Guarded {
             buffer,
             before: host,

@@ -5,6 +5,7 @@ use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
 use super::{arm_for, Arm, Op};
 use candle_core::{DType, Device, Result, Tensor};
+use float8::F8E4M3;
 use rand::{rngs::StdRng, Rng};
 
 const OP: Op = Op::DequantFp8Channel;
@@ -118,24 +119,23 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
 /// A check input: an e4m3 weight `[n, k]` (a raw input) and its f32 row scales (a float
 /// input), returned as the values the reference sees.
 pub(super) fn fp8_weight(c: &mut Builder, n: usize, k: usize) -> Result<(Vec<f64>, Vec<f64>)> {
-    // Magnitudes spread log-uniformly over e4m3's whole range, from below its smallest
-    // subnormal (2^-9) to its largest normal (448), either sign.
-    let raw: Vec<f64> = (0..n * k)
-        .map(|_| {
-            let magnitude = 2f64.powf(c.rng.random_range(-10.0..8.8)).min(448.0);
-            if c.rng.random_bool(0.5) {
-                magnitude
-            } else {
-                -magnitude
+    // Every e4m3 code but NaN equally likely: each binade of magnitudes up to the largest
+    // normal (448) as likely as the next, subnormals and both zeros included. Drawing codes
+    // (not rounding drawn floats) keeps real-size cases cheap to build.
+    let codes: Vec<F8E4M3> = (0..n * k)
+        .map(|_| loop {
+            let code = F8E4M3::from_bits(c.rng.random());
+            if !code.is_nan() {
+                break code;
             }
         })
         .collect();
-    let weight = c.round(raw.clone(), DType::F8E4M3)?;
-    // Via f32: candle 0.11.1's CPU conversion between F8E4M3 and F64 never returns.
-    let w8 = Tensor::from_vec(raw, (n, k), &Device::Cpu)?
-        .to_dtype(DType::F32)?
-        .to_dtype(DType::F8E4M3)?
-        .to_device(c.device())?;
+    let value: [f64; 256] = std::array::from_fn(|b| F8E4M3::from_bits(b as u8).to_f64());
+    let weight = codes
+        .iter()
+        .map(|code| value[code.to_bits() as usize])
+        .collect();
+    let w8 = Tensor::from_vec(codes, (n, k), &Device::Cpu)?.to_device(c.device())?;
     c.raw(w8);
     let scale = c.float_as(&[n], DType::F32, |r| r.random_range(0.01..0.1))?;
     Ok((weight, scale))
