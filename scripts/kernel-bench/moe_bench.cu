@@ -79,7 +79,8 @@ __global__ void gu_split(const bf* x, const uint32_t* ids, const bf* gate_up, bf
 }
 
 // down with R output columns per block: warp s takes slot s's R rows (contiguous in its
-// expert's matrix); the slots are combined in slot order. R = 1 is moe_experts.cu's kernel.
+// expert's matrix) in one batch of L loads (g4's `g4_load_weights`); the slots are combined in
+// slot order. R = 1 is moe_experts.cu's kernel with every load in one batch.
 template <int R, int L>
 __global__ void down_rows(const bf* h, const uint32_t* ids, const float* weights, const bf* down, float* out,
                           int slots, int hidden, int width) {
@@ -100,7 +101,7 @@ __global__ void down_rows(const bf* h, const uint32_t* ids, const float* weights
 #pragma unroll
         for (int b = 0; b < L; ++b) {
             const int i = b * 32 + lane;
-            wb[b] = (i < total && c0 + i / vectors < hidden) ? rows[i] : make_uint4(0, 0, 0, 0);
+            wb[b] = (i < total && c0 + i / vectors < hidden) ? g4_load_weights(rows + i) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int b = 0; b < L; ++b) {
@@ -132,6 +133,72 @@ __global__ void down_rows(const bf* h, const uint32_t* ids, const float* weights
     }
 }
 
+
+// gate_up with C columns (of one routed row) per block of 4 warps: the warps split the hidden
+// range as g4's kernel does, each lane loading its share of all C gate and up rows in one batch
+// of g4's loads (C = 1 is g4's kernel).
+template <int C>
+__global__ void gu_cols(const bf* x, const uint32_t* ids, const bf* gate_up, bf* h, int slots, int hidden,
+                        int width) {
+    constexpr int L = 3;  // ceil(2816 / 8 / 128) vectors a lane per row
+    const int lane = threadIdx.x % 32, part = threadIdx.x / 32, parts = blockDim.x / 32;
+    const int groups = width / C;
+    const int r = blockIdx.x / groups, j0 = (blockIdx.x % groups) * C;
+    const size_t gate_row = (size_t)ids[r] * 2 * width + j0;
+    const bf* x_row = x + (size_t)(r / slots) * hidden;
+    const int vectors = hidden / 8, step = 32 * parts;
+    const uint4* gate = reinterpret_cast<const uint4*>(gate_up + gate_row * hidden);
+    const uint4* up = reinterpret_cast<const uint4*>(gate_up + (gate_row + width) * hidden);
+    uint4 gb[C][L], ub[C][L];
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int b = 0; b < L; ++b) {
+            const int i = part * 32 + lane + b * step;
+            gb[c][b] = i < vectors ? g4_load_weights(gate + (size_t)c * vectors + i) : make_uint4(0, 0, 0, 0);
+            ub[c][b] = i < vectors ? g4_load_weights(up + (size_t)c * vectors + i) : make_uint4(0, 0, 0, 0);
+        }
+    float g[C], u[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) g[c] = u[c] = 0.f;
+#pragma unroll
+    for (int b = 0; b < L; ++b) {
+        const int i = part * 32 + lane + b * step;
+        if (i >= vectors) break;
+        float xf[8];
+        x_values<bf, DenseWeights<bf>>(x_row, i, xf);
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+            float gf[8], uf[8];
+            DenseWeights<bf>::decode(gb[c][b], gf);
+            DenseWeights<bf>::decode(ub[c][b], uf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                g[c] += xf[e] * gf[e];
+                u[c] += xf[e] * uf[e];
+            }
+        }
+    }
+    __shared__ float2 partial[4][C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        for (int bits = 16; bits > 0; bits >>= 1) {
+            g[c] += __shfl_xor_sync(0xffffffffu, g[c], bits);
+            u[c] += __shfl_xor_sync(0xffffffffu, u[c], bits);
+        }
+        if (lane == 0) partial[part][c] = make_float2(g[c], u[c]);
+    }
+    __syncthreads();
+    if (threadIdx.x < C) {
+        float gs = 0.f, us = 0.f;
+        for (int p = 0; p < parts; ++p) {
+            gs += partial[p][threadIdx.x].x;
+            us += partial[p][threadIdx.x].y;
+        }
+        const float activated = g4_round<bf>(g4_gelu_tanh(g4_round<bf>(gs)));
+        h[(size_t)r * width + j0 + threadIdx.x] = g4_from_f32<bf>(activated * g4_round<bf>(us));
+    }
+}
 
 int main() {
     Bench bench;
@@ -217,6 +284,15 @@ int main() {
         bench.sync();                                                                                        \
         printf("  max rel. difference from g4: %.0e\n", down_difference());                                  \
     }
-    DOWN(1) DOWN(2) DOWN(4)
+    DOWN(1) DOWN(2) DOWN(4) DOWN(8)
+#define GATE_UP_COLS(C)                                                                                     \
+    {                                                                                                       \
+        report("gate_up C" #C, gate_up_bytes, [&](const uint32_t* id) {                                     \
+            gu_cols<C><<<K * W / C, 128, 0, bench.stream>>>(x, id, gate_up, h, K, H, W);                     \
+        });                                                                                                 \
+        bench.sync();                                                                                       \
+        printf("  max rel. difference from g4: %.0e\n", max_relative_difference(g4_h, bench.download(h, K * W))); \
+    }
+    GATE_UP_COLS(1) GATE_UP_COLS(2) GATE_UP_COLS(4)
     return 0;
 }

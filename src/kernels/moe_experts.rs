@@ -5,6 +5,7 @@
 
 use super::check::{Builder, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ShapePath, ToleranceClass};
+use super::moe_mlps::SharedMlp;
 use super::native;
 use super::{arm_for, gelu_and_mul, linear, moe_combine, moe_gather_rows};
 use super::{reference, Arm, Op};
@@ -367,7 +368,8 @@ fn native_fwd(
         scale: None,
     };
     let (gate_up, down) = (rows(&gate_up), rows(&down));
-    launch_decode("moe_experts", &x, ids, weights, gate_up, down, None)
+    let (out, _) = launch_decode("moe_experts", &x, ids, weights, gate_up, down, None, None)?;
+    Ok(out)
 }
 
 /// Every expert's projection as the native kernels read it: its weight rows, and their scales
@@ -379,9 +381,13 @@ pub(super) struct ExpertRows<'a> {
 }
 
 /// The decode arm's two launches of `{kernel}_gate_up` and `{kernel}_down` (moe_experts.cu),
-/// shared by `moe_experts` and `moe_experts_fp8`: gate_up with the activation fused, then down
-/// with the weighted combine. Each weight is followed by its scales when it has them;
-/// `round_hidden` runs between the two.
+/// shared by `moe_experts`, `moe_experts_fp8` and `moe_mlps`: gate_up with the activation fused,
+/// then down with the weighted combine. Each weight is followed by its scales when it has them;
+/// `round_hidden` runs between the two. A `shared` MLP rides along (`moe_mlps`): its GeGLU
+/// outputs are more gate_up blocks and its down rows more warps of each down block, its
+/// arguments after the experts'. → the experts' sum `[S, H]` f32, and the shared MLP's output
+/// `[S, H]` in x's dtype when there is one.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn launch_decode(
     kernel: &str,
     x: &Tensor,
@@ -390,11 +396,14 @@ pub(super) fn launch_decode(
     gate_up: ExpertRows,
     down: ExpertRows,
     round_hidden: Option<RoundRows>,
-) -> Result<Tensor> {
+    shared: Option<SharedMlp>,
+) -> Result<(Tensor, Option<Tensor>)> {
     use super::native::{empty, kernel_name, launch, warp_lanes, Arg};
+    let (device, dtype) = (x.device(), x.dtype());
     let (tokens, hidden) = x.dims2()?;
     let slots = ids.dim(1)?;
     let width = down.weight.dim(2)?;
+    let shared_width = shared.map(|mlp| mlp.down.dim(1)).transpose()?.unwrap_or(0);
     let ids = ids.to_dtype(DType::U32)?.contiguous()?;
     let weights = weights.to_dtype(DType::F32)?.contiguous()?;
     let scales = |rows: &ExpertRows| {
@@ -403,17 +412,24 @@ pub(super) fn launch_decode(
             .transpose()
     };
     let (gate_up_scale, down_scale) = (scales(&gate_up)?, scales(&down)?);
-    let h = empty((tokens * slots, width), x.dtype(), x.device())?;
-    let out = empty((tokens, hidden), DType::F32, x.device())?;
-    let lanes = warp_lanes(x.device());
-    let (gate_up_grid, down_grid) = expert_grids(tokens, slots, hidden, width, lanes);
-    let sizes = || {
-        [
-            Arg::I32(slots as i32),
-            Arg::I32(hidden as i32),
-            Arg::I32(width as i32),
-        ]
+    let h = empty((tokens * slots, width), dtype, device)?;
+    let out = empty((tokens, hidden), DType::F32, device)?;
+    // The shared MLP with its GeGLU rows and its output.
+    let shared = match shared {
+        Some(mlp) => Some((
+            mlp,
+            empty((tokens, shared_width), dtype, device)?,
+            empty((tokens, hidden), dtype, device)?,
+        )),
+        None => None,
     };
+    let lanes = warp_lanes(device);
+    let (gate_up_grid, down_grid) = expert_grids(tokens, slots, hidden, width, shared_width, lanes);
+    let sizes = [
+        Arg::I32(slots as i32),
+        Arg::I32(hidden as i32),
+        Arg::I32(width as i32),
+    ];
     let mut args = vec![
         Arg::Tensor(x),
         Arg::Tensor(&ids),
@@ -421,10 +437,19 @@ pub(super) fn launch_decode(
     ];
     args.extend(gate_up_scale.as_ref().map(Arg::Tensor));
     args.push(Arg::Tensor(&h));
-    args.extend(sizes());
+    args.extend(sizes);
+    if let Some((mlp, shared_h, _)) = &shared {
+        args.extend([
+            Arg::Tensor(mlp.x),
+            Arg::Tensor(mlp.gate_up),
+            Arg::Tensor(shared_h),
+            Arg::I32(tokens as i32),
+            Arg::I32(shared_width as i32),
+        ]);
+    }
     launch(
-        &kernel_name(&format!("{kernel}_gate_up"), x.dtype())?,
-        x.device(),
+        &kernel_name(&format!("{kernel}_gate_up"), dtype)?,
+        device,
         gate_up_grid,
         &args,
     )?;
@@ -437,14 +462,22 @@ pub(super) fn launch_decode(
     ];
     args.extend(down_scale.as_ref().map(Arg::Tensor));
     args.push(Arg::Tensor(&out));
-    args.extend(sizes());
+    args.extend(sizes);
+    if let Some((mlp, shared_h, shared_out)) = &shared {
+        args.extend([
+            Arg::Tensor(shared_h),
+            Arg::Tensor(mlp.down),
+            Arg::Tensor(shared_out),
+            Arg::I32(shared_width as i32),
+        ]);
+    }
     launch(
-        &kernel_name(&format!("{kernel}_down"), x.dtype())?,
-        x.device(),
+        &kernel_name(&format!("{kernel}_down"), dtype)?,
+        device,
         down_grid,
         &args,
     )?;
-    Ok(out)
+    Ok((out, shared.map(|(_, _, shared_out)| shared_out)))
 }
 
 /// Row-major f64: `x [S, H]`, `ids`/`weights [S, K]`, `gate_up [E, 2W, H]`, `down [E, H, W]`;
@@ -632,18 +665,51 @@ pub(super) fn expert_grids(
     slots: usize,
     hidden: usize,
     width: usize,
+    shared_width: usize,
     lanes: usize,
 ) -> (super::native::Grid, super::native::Grid) {
     use super::native::Grid;
+    let down_warps = match shared_width {
+        0 => slots,
+        _ => slots + shared_warps(shared_width, width),
+    };
     (
-        Grid::of_warps(tokens * slots * width, GATE_UP_WARPS_PER_COLUMN, lanes),
-        Grid::of_warps(tokens * hidden, slots, lanes),
+        Grid::of_warps(
+            tokens * (slots * width + shared_width),
+            GATE_UP_WARPS_PER_COLUMN,
+            lanes,
+        ),
+        Grid::of_warps(tokens * hidden, down_warps, lanes),
     )
+}
+
+/// Warps of a down block that split the shared MLP's row (`G4_MOE_MAX_SHARED_WARPS` at most).
+const MAX_SHARED_WARPS: usize = 8;
+
+/// The down kernel's warps for the shared MLP's rows of `shared_width`: as many as the experts'
+/// rows of `width` it is long, so that every warp of the block reads about as much.
+fn shared_warps(shared_width: usize, width: usize) -> usize {
+    shared_width.div_ceil(width).clamp(1, MAX_SHARED_WARPS)
 }
 
 #[cfg(test)]
 mod tests {
     use crate::kernels::native::WARP_WIDTHS;
+
+    /// The down kernel keeps one partial sum per shared warp in shared memory
+    /// (`G4_MOE_MAX_SHARED_WARPS`), and its blocks must hold one warp per slot and at least one
+    /// for the shared row.
+    #[test]
+    fn the_shared_warps_fit_the_kernel() {
+        let source = include_str!("cuda/moe_experts.cu");
+        let max = crate::kernels::source_define(source, "G4_MOE_MAX_SHARED_WARPS") as usize;
+        assert_eq!(super::MAX_SHARED_WARPS, max);
+        for (shared_width, width) in [(2112, 704), (16, 32), (60, 20), (100_000, 8)] {
+            let warps = super::shared_warps(shared_width, width);
+            assert!((1..=max).contains(&warps));
+        }
+        assert_eq!(super::shared_warps(2112, 704), 3);
+    }
 
     /// The host sizes the grouped GEMM's launches from its own copy of the kernel's geometry:
     /// too little shared memory would be written past, so the two must agree.
@@ -671,17 +737,30 @@ mod tests {
 
     /// The kernels read their block's warp count from blockDim and warpSize and walk rows (or
     /// tokens) block by block: gate_up's blocks must hold `GATE_UP_WARPS_PER_COLUMN` warps, one
-    /// block per output; down's one warp per slot, one block per output.
+    /// block per output, the shared MLP's GeGLU outputs after the experts'; down's one warp per
+    /// slot and the shared MLP's warps after them, one block per output.
     #[test]
     fn the_grids_cover_every_output_on_any_warp_width() {
         for lanes in WARP_WIDTHS {
-            for (tokens, slots, hidden, width) in
-                [(1, 8, 2816, 704), (3, 2, 64, 24), (8, 8, 100, 9)]
-            {
-                let (gate_up, down) = super::expert_grids(tokens, slots, hidden, width, lanes);
+            for (tokens, slots, hidden, width, shared_width) in [
+                (1, 8, 2816, 704, 0),
+                (1, 8, 2816, 704, 2112),
+                (3, 2, 64, 24, 0),
+                (3, 2, 64, 24, 40),
+                (8, 8, 100, 9, 0),
+            ] {
+                let (gate_up, down) =
+                    super::expert_grids(tokens, slots, hidden, width, shared_width, lanes);
                 assert_eq!(gate_up.warps(lanes), super::GATE_UP_WARPS_PER_COLUMN);
-                assert_eq!(gate_up.blocks as usize, tokens * slots * width);
-                assert_eq!(down.warps(lanes), slots);
+                assert_eq!(
+                    gate_up.blocks as usize,
+                    tokens * (slots * width + shared_width)
+                );
+                let shared_warps = match shared_width {
+                    0 => 0,
+                    _ => super::shared_warps(shared_width, width),
+                };
+                assert_eq!(down.warps(lanes), slots + shared_warps);
                 assert_eq!(down.blocks as usize, tokens * hidden);
             }
         }

@@ -159,7 +159,9 @@ pub(super) fn native_paths(
         return moe_experts::prefill(&x, ids, weights, &gate_up, &down, round_hidden);
     }
     let (kernel, gate_up, down) = ("moe_experts_fp8", gate_up_rows, down_rows);
-    moe_experts::launch_decode(kernel, &x, ids, weights, gate_up, down, round_hidden)
+    let (out, _) =
+        moe_experts::launch_decode(kernel, &x, ids, weights, gate_up, down, round_hidden, None)?;
+    Ok(out)
 }
 
 /// The op's contract (`contract.rs`): checked against `moe_experts::reference` on the

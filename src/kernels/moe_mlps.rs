@@ -71,20 +71,11 @@ pub fn composed(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Ten
     Ok((shared_out, experts))
 }
 
-/// Warps of a down block that split the shared MLP's row (`G4_MOE_MAX_SHARED_WARPS` at most).
-const MAX_SHARED_WARPS: usize = 8;
-
-/// The down kernel's warps for the shared MLP's rows of `shared_width`: as many as the experts'
-/// rows of `width` it is long, so that every warp of the block reads about as much.
-fn shared_warps(shared_width: usize, width: usize) -> usize {
-    shared_width.div_ceil(width).clamp(1, MAX_SHARED_WARPS)
-}
-
 /// CUDA arm: for decode, `moe_experts`' two launches with the shared MLP inside them
 /// (`g4_moe_mlps_gate_up`, `g4_moe_mlps_down` in src/kernels/cuda/moe_experts.cu); otherwise
 /// the composed arm.
 fn native_fwd(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tensor)> {
-    use super::native::{empty, kernel_name, launch, vector_aligned, warp_lanes, Arg, Grid};
+    use super::native::vector_aligned;
     let x = shared.x;
     let (tokens, hidden) = x.dims2()?;
     let slots = routed.ids.dim(1)?;
@@ -108,6 +99,7 @@ fn native_fwd(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tenso
         && shapes_agree
         && tokens <= NATIVE_MAX_TOKENS
         && slots <= NATIVE_MAX_SLOTS
+        && shared_width > 0
         && [hidden, width, shared_width]
             .iter()
             .all(|n| n.is_multiple_of(per_vector));
@@ -126,69 +118,26 @@ fn native_fwd(shared: SharedMlp, routed: RoutedExperts) -> Result<(Tensor, Tenso
         return composed(shared, routed);
     }
     let [shared_x, routed_x, shared_gate_up, shared_down, gate_up, down] = &inputs;
-    let ids = routed.ids.to_dtype(DType::U32)?.contiguous()?;
-    let weights = routed.weights.to_dtype(DType::F32)?.contiguous()?;
-    let (device, dtype) = (x.device(), x.dtype());
-    let h = empty((tokens * slots, width), dtype, device)?;
-    let shared_h = empty((tokens, shared_width), dtype, device)?;
-    let experts = empty((tokens, hidden), DType::F32, device)?;
-    let shared_out = empty((tokens, hidden), dtype, device)?;
-    let lanes = warp_lanes(device);
-    let (gate_up_grid, down_grid) = moe_experts::expert_grids(tokens, slots, hidden, width, lanes);
-    let gate_up_grid = Grid {
-        blocks: gate_up_grid.blocks + (tokens * shared_width) as u32,
-        ..gate_up_grid
+    let rows = |weight| moe_experts::ExpertRows {
+        weight,
+        scale: None,
     };
-    let down_grid = Grid::of_warps(
-        down_grid.blocks as usize,
-        slots + shared_warps(shared_width, width),
-        lanes,
-    );
-    let sizes = [
-        Arg::I32(slots as i32),
-        Arg::I32(hidden as i32),
-        Arg::I32(width as i32),
-    ];
-    let mut args = vec![
-        Arg::Tensor(routed_x),
-        Arg::Tensor(&ids),
-        Arg::Tensor(gate_up),
-        Arg::Tensor(&h),
-    ];
-    args.extend(sizes);
-    args.extend([
-        Arg::Tensor(shared_x),
-        Arg::Tensor(shared_gate_up),
-        Arg::Tensor(&shared_h),
-        Arg::I32(tokens as i32),
-        Arg::I32(shared_width as i32),
-    ]);
-    launch(
-        &kernel_name("moe_mlps_gate_up", dtype)?,
-        device,
-        gate_up_grid,
-        &args,
+    let shared = SharedMlp {
+        x: shared_x,
+        gate_up: shared_gate_up,
+        down: shared_down,
+    };
+    let (experts, shared_out) = moe_experts::launch_decode(
+        "moe_mlps",
+        routed_x,
+        routed.ids,
+        routed.weights,
+        rows(gate_up),
+        rows(down),
+        None,
+        Some(shared),
     )?;
-    let mut args = vec![
-        Arg::Tensor(&h),
-        Arg::Tensor(&ids),
-        Arg::Tensor(&weights),
-        Arg::Tensor(down),
-        Arg::Tensor(&experts),
-    ];
-    args.extend(sizes);
-    args.extend([
-        Arg::Tensor(&shared_h),
-        Arg::Tensor(shared_down),
-        Arg::Tensor(&shared_out),
-        Arg::I32(shared_width as i32),
-    ]);
-    launch(
-        &kernel_name("moe_mlps_down", dtype)?,
-        device,
-        down_grid,
-        &args,
-    )?;
+    let shared_out = shared_out.expect("launch_decode returns the shared MLP's output");
     Ok((shared_out, experts))
 }
 
@@ -320,22 +269,4 @@ fn run(arm: Arm, c: &Case) -> Result<Vec<Tensor>> {
     let (shared, routed) = inputs_of(c);
     let (shared_out, experts) = moe_mlps_on(arm, shared, routed)?;
     Ok(vec![shared_out, experts])
-}
-
-#[cfg(test)]
-mod tests {
-    /// The down kernel keeps one partial sum per shared warp in shared memory
-    /// (`G4_MOE_MAX_SHARED_WARPS`), and its blocks must hold one warp per slot and at least one
-    /// for the shared row.
-    #[test]
-    fn the_shared_warps_fit_the_kernel() {
-        let source = include_str!("cuda/moe_experts.cu");
-        let max = crate::kernels::source_define(source, "G4_MOE_MAX_SHARED_WARPS") as usize;
-        assert_eq!(super::MAX_SHARED_WARPS, max);
-        for (shared_width, width) in [(2112, 704), (16, 32), (60, 20), (100_000, 8)] {
-            let warps = super::shared_warps(shared_width, width);
-            assert!((1..=max).contains(&warps));
-        }
-        assert_eq!(super::shared_warps(2112, 704), 3);
-    }
 }
