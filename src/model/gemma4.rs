@@ -18,7 +18,7 @@ use crate::kernels::{
     moe_experts::moe_experts,
     moe_experts_fp8::{moe_experts_fp8, Fp8Experts},
     moe_experts_fp8_dynamic::moe_experts_fp8_dynamic,
-    moe_inputs::moe_inputs,
+    moe_inputs::{moe_inputs, MoeInputs, RouterNorms},
     moe_mlps::{moe_mlps, RoutedExperts, SharedMlp},
     moe_output::{moe_output, OutputNorms},
     moe_router_topk::moe_router_topk,
@@ -1019,14 +1019,23 @@ impl DecoderLayer {
         let eps = config.rms_norm_eps;
         let next_input_norm = next_layer.map(|next| &next.input_norm);
         let norms = DualNorms::unscaled(&self.post_attention_norm, &self.pre_feedforward_norm);
-        let (residual, normed) = dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up)?;
-        // The dense MLP's output, and the MoE block with its experts' sum where there is one.
-        let (mlp_out, moe_branch) = match &self.moe {
+        // The residual after attention, the dense MLP's output, and the MoE block with its
+        // experts' sum where there is one.
+        let (residual, mlp_out, moe_branch) = match &self.moe {
             Some(moe) => {
-                let (mlp_out, experts) = moe.forward(&residual, &self.mlp, &normed, eps)?;
-                (mlp_out, Some((moe, summed(all_reduce, experts)?)))
+                let router = RouterNorms {
+                    router_scale: &moe.router_scale,
+                    experts_norm: &moe.pre_norm_2,
+                };
+                let inputs = moe_inputs(x, attn, norms, router, eps)?;
+                let (mlp_out, experts) = moe.forward(&inputs, &self.mlp)?;
+                let experts = summed(all_reduce, experts)?;
+                (inputs.residual, mlp_out, Some((moe, experts)))
             }
-            None => (self.mlp.forward(&normed)?, None),
+            None => {
+                let (residual, normed) = dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up)?;
+                (residual, self.mlp.forward(&normed)?, None)
+            }
         };
         let mlp_out = summed(all_reduce, mlp_out)?;
         // The layer's last residual add `(residual, branch, post-norm)`, left pending so that it
@@ -1248,37 +1257,36 @@ impl Mlp {
 }
 
 impl Moe {
-    /// The layer's two MLPs (§2.7): the dense `mlp` on its `normed` input, and the expert branch
-    /// over the post-attention residual `r [1, S, H]` — the dense output and the experts' f32
-    /// sum `[1, S, H]`. Both in `moe_mlps` where all four projections are plain tensors in the
-    /// compute dtype (not CPU panels, not e4m3): its native arm runs them in two launches in
-    /// decode.
-    fn forward(
-        &self,
-        residual: &Tensor,
-        mlp: &Mlp,
-        normed: &NormedInput,
-        eps: f64,
-    ) -> Result<(Tensor, Tensor)> {
-        let (_, seq, hidden) = residual.dims3()?;
-        let flat = residual.reshape((seq, hidden))?;
-        let (routed, inputs) = moe_inputs(&flat, &self.router_scale, &self.pre_norm_2, eps)?;
-        let logits = linear(&routed, &self.router_proj)?;
+    /// The layer's two MLPs (§2.7) on their `inputs` (`moe_inputs`, each `[1, S, H]`): the
+    /// dense `mlp` on the shared input, and the expert branch routed from the router's input —
+    /// the dense output and the experts' f32 sum `[1, S, H]`. Both in `moe_mlps` where all four
+    /// projections are plain tensors in the compute dtype (not CPU panels, not e4m3): its native
+    /// arm runs them in two launches in decode.
+    fn forward(&self, inputs: &MoeInputs, mlp: &Mlp) -> Result<(Tensor, Tensor)> {
+        let (_, seq, hidden) = inputs.residual.dims3()?;
+        let flat = |t: &Tensor| t.reshape((seq, hidden));
+        let logits = linear(&flat(&inputs.router)?, &self.router_proj)?;
         let (weights, ids) = moe_router_topk(&logits, self.top_k, &self.per_expert_scale)?;
+        let routed_x = flat(&inputs.experts)?;
+        // An FP8_DYNAMIC shared MLP rounds its input rows to e4m3 itself.
+        let normed = NormedInput {
+            rows: inputs.shared.clone(),
+            projection: &mlp.gate_up,
+        };
         let (mlp_out, acc) = match (normed.projection, &mlp.down, &self.experts) {
             (
                 Projection::Dense(shared_gate_up),
                 Projection::Dense(shared_down),
                 Experts::Dense { gate_up, down },
             ) => {
-                let shared_x = normed.rows.reshape((seq, hidden))?;
+                let shared_x = flat(&normed.rows)?;
                 let shared = SharedMlp {
                     x: &shared_x,
                     gate_up: shared_gate_up,
                     down: shared_down,
                 };
                 let routed = RoutedExperts {
-                    x: &inputs,
+                    x: &routed_x,
                     ids: &ids,
                     weights: &weights,
                     gate_up,
@@ -1288,8 +1296,8 @@ impl Moe {
                 (mlp_out.reshape(normed.rows.dims())?, acc)
             }
             _ => (
-                mlp.forward(normed)?,
-                self.experts.forward(&inputs, &ids, &weights)?,
+                mlp.forward(&normed)?,
+                self.experts.forward(&routed_x, &ids, &weights)?,
             ),
         };
         Ok((mlp_out, acc.reshape((1, seq, hidden))?))

@@ -401,26 +401,39 @@ __device__ void qkv_norm_rope(const T* qkv, const T* q_norm, const T* k_norm, co
     store_row(dst, d, v, t);
 }
 
-// moe_inputs (src/kernels/moe_inputs.rs): an MoE layer's router input
-// rms_norm(r) × scale × factor and experts' input rms_norm(r; w), rounded to T after each step
-// as the composed arm stores them.
+// moe_inputs (src/kernels/moe_inputs.rs): an MoE layer's inputs from its attention output x:
+// dual_rms_norm_plus_res's residual' and shared-MLP input y, then the router's input
+// rms_norm(residual') × scale × factor and the experts' rms_norm(residual'; w), rounded to T after
+// each step as the composed arm stores them. All three norms of residual' share its one reduction.
 template <typename T, int V>
-__device__ void moe_inputs(const T* residual, const T* router_scale, const T* experts_norm, T* router_out,
-                           T* experts_out, int cols, float factor, float eps) {
+__device__ void moe_inputs(const T* residual, const T* x, const T* w1, const T* w2, const T* router_scale,
+                           const T* experts_norm, T* out_residual, T* out_y, T* router_out, T* experts_out,
+                           int cols, float residual_scale, float factor, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[V], scale[V], weight[V];
+    float v[V], res[V], weight1[V], weight2[V], scale[V], weight[V];
+    load_row<T>(w1, cols, weight1);
+    load_row<T>(w2, cols, weight2);
     load_row<T>(router_scale, cols, scale);
     load_row<T>(experts_norm, cols, weight);
-    G4_WAIT_FOR_INPUTS();
-    load_row<T>(residual + base, cols, v);
-    const float inv = inv_rms(v, cols, eps);
-    const float rounded_factor = g4_round<T>(factor);
-    // scale and weight become the two outputs.
+    const float inv_x = load_tail_inputs(x, residual, base, cols, eps, v, res);
+    const float rounded_scale = g4_round<T>(residual_scale);
+    // v becomes the new residual, rounded to T as it is stored: the norms below read that.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
+        const float r = residual_after<T>(res[i], v[i], inv_x, weight1[i], rounded_scale);
+        v[i] = row_index<T>(i, block_threads()) < cols ? r : 0.0f;
+    }
+    store_row(out_residual + base, cols, v);
+    const float inv = inv_rms(v, cols, eps);
+    const float rounded_factor = g4_round<T>(factor);
+    // weight2, scale and weight become the three outputs.
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        weight2[i] = v[i] * inv * weight2[i];
         scale[i] = g4_round<T>(g4_round<T>(v[i] * inv) * scale[i]) * rounded_factor;
         weight[i] = v[i] * inv * weight[i];
     }
+    store_row(out_y + base, cols, weight2);
     store_row(router_out + base, cols, scale);
     store_row(experts_out + base, cols, weight);
 }
@@ -496,10 +509,12 @@ __device__ void moe_output(const T* residual, const T* dense, const float* exper
                             kv_heads, d, kv_code, eps);                                                     \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_inputs##WIDE##_##NAME(        \
-        const T* residual, const T* router_scale, const T* experts_norm, T* router_out, T* experts_out,       \
-        int cols, float factor, float eps) {                                                                \
-        G4_LET_DEPENDENTS_LAUNCH();                                                                                   \
-        moe_inputs<T, V>(residual, router_scale, experts_norm, router_out, experts_out, cols, factor, eps);  \
+        const T* residual, const T* x, const T* w1, const T* w2, const T* router_scale,                     \
+        const T* experts_norm, T* out_residual, T* out_y, T* router_out, T* experts_out, int cols,          \
+        float residual_scale, float factor, float eps) {                                                    \
+        G4_LET_DEPENDENTS_LAUNCH();                                                                         \
+        moe_inputs<T, V>(residual, x, w1, w2, router_scale, experts_norm, out_residual, out_y, router_out,  \
+                         experts_out, cols, residual_scale, factor, eps);                                   \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS) g4_moe_output##WIDE##_##NAME(        \
         const T* residual, const T* dense, const float* experts, const T* w1, const T* w2, const T* w3,      \
