@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Stop 64, call 2: `moe_inputs` with the post-attention dual norm inside it (one launch fewer a
+# MoE layer). Payload target/s64c2/bins.tar.xz: g4-base (72b3151, call 1's binary) and
+# g4-inputs (8e6bd4d).
+# 1. g4-inputs: probe-ops of moe_inputs, moe_mlps, dual_rms_norm_plus_res; the goldens with
+#    graph and eager decode.
+# 2. Random-weight 26B-A4B bf16 tg64 (graph decode, -r 3), the binaries alternated twice, then
+#    pp512 once each.
+# 3. The same checkpoint rewritten FP8 (weight-only): tg64 alternated twice.
+set -u
+source scripts/device-call-lib.sh
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+unpack_payload target/s64c2/bins.tar.xz
+python3 scripts/e4b_reference.py build /tmp/g4-26b --preset 26b-a4b > /tmp/build26.log 2>&1 &
+for op in moe_inputs moe_mlps dual_rms_norm_plus_res; do
+  timeout 60 /tmp/bins/g4-inputs probe-ops --device cuda --op $op > $OUT/probe-$op.txt 2>&1
+  echo "probe $op exit $?: $(grep -E "^$op " $OUT/probe-$op.txt | tr -s ' ')"
+done
+for mode in graph eager; do
+  timeout 90 /tmp/bins/g4-inputs verify-golden --device cuda --decode $mode > $OUT/goldens-$mode.txt 2>&1
+  echo "goldens ($mode) exit $?: $(tail -1 $OUT/goldens-$mode.txt)"
+done
+grep -iE "fail|diverge" $OUT/goldens-*.txt | head -5
+wait
+echo "built at $SECONDS s"
+ab_bench 26b tg64 g4-base 250 1; ab_bench 26b tg64 g4-inputs 275 1
+ab_bench 26b tg64 g4-inputs 300 2; ab_bench 26b tg64 g4-base 325 2
+ab_bench 26b pp512 g4-base 350 1; ab_bench 26b pp512 g4-inputs 375 1
+python3 scripts/fp8_checkpoint.py /tmp/g4-26b /tmp/g4-26bfp8 --delete-source > /tmp/fp8.log 2>&1 || tail -3 /tmp/fp8.log
+echo "fp8 at $SECONDS s"
+ab_bench 26bfp8 tg64 g4-base 540 1; ab_bench 26bfp8 tg64 g4-inputs 555 1
+ab_bench 26bfp8 tg64 g4-inputs 570 2; ab_bench 26bfp8 tg64 g4-base 585 2
+echo "elapsed $SECONDS s"
