@@ -200,6 +200,48 @@ __global__ void gu_cols(const bf* x, const uint32_t* ids, const bf* gate_up, bf*
     }
 }
 
+// g4's down kernel with its loads in batches of B (g4: G4_MOE_BATCH, 8, of which a 704-wide
+// row fills 3 a lane) and at least MIN_BLOCKS blocks a multiprocessor (fewer registers).
+template <int B, int MIN_BLOCKS>
+__global__ void __launch_bounds__(256, MIN_BLOCKS)
+    down_batch(const bf* h, const uint32_t* ids, const float* weights, const bf* down, float* out, int slots,
+               int hidden, int width) {
+    const int lane = threadIdx.x % 32, s = threadIdx.x / 32;
+    const int t = blockIdx.x / hidden, c = blockIdx.x % hidden;
+    __shared__ float per_slot[G4_MOE_MAX_SLOTS];
+    const size_t expert = ids[(size_t)t * slots + s];
+    const bf* x_row = h + ((size_t)t * slots + s) * width;
+    const uint4* w = reinterpret_cast<const uint4*>(down + (expert * hidden + c) * width);
+    const int vectors = width / 8;
+    float sum = 0.0f;
+    for (int base = lane; base < vectors; base += 32 * B) {
+        uint4 wb[B];
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const int i = base + b * 32;
+            wb[b] = i < vectors ? g4_load_weights(w + i) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int b = 0; b < B; ++b) {
+            const int i = base + b * 32;
+            if (i >= vectors) break;
+            float xf[8], wf[8];
+            x_values<bf, DenseWeights<bf>>(x_row, i, xf);
+            DenseWeights<bf>::decode(wb[b], wf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) sum += xf[e] * wf[e];
+        }
+    }
+    for (int bits = 16; bits > 0; bits >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, bits);
+    if (lane == 0) per_slot[s] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float combined = 0.0f;
+        for (int q = 0; q < slots; ++q) combined += weights[(size_t)t * slots + q] * g4_round<bf>(per_slot[q]);
+        out[(size_t)t * hidden + c] = combined;
+    }
+}
+
 int main() {
     Bench bench;
     const int E = 128, H = 2816, W = 704, K = 8;
@@ -294,5 +336,14 @@ int main() {
         printf("  max rel. difference from g4: %.0e\n", max_relative_difference(g4_h, bench.download(h, K * W))); \
     }
     GATE_UP_COLS(1) GATE_UP_COLS(2) GATE_UP_COLS(4)
+#define DOWN_BATCH(B, MIN_BLOCKS)                                                                             \
+    {                                                                                                        \
+        report("down batch " #B " min blocks " #MIN_BLOCKS, down_bytes, [&](const uint32_t* id) {            \
+            down_batch<B, MIN_BLOCKS><<<H, K * 32, 0, bench.stream>>>(h_in, id, weights, down, out, K, H, W); \
+        });                                                                                                  \
+        bench.sync();                                                                                        \
+        printf("  max rel. difference from g4: %.0e\n", down_difference());                                  \
+    }
+    DOWN_BATCH(8, 1) DOWN_BATCH(4, 1) DOWN_BATCH(3, 1) DOWN_BATCH(4, 6) DOWN_BATCH(3, 8) DOWN_BATCH(2, 8)
     return 0;
 }
