@@ -245,13 +245,14 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
 }
 
 /// One case per `(rows, cols, scale)`: residual and x uniform, two norm weights, and
-/// `expected(builder, residual, x, cols, (w1, scale, w2))` (eps 1e-6).
+/// `expected(builder, residual, x, cols, (w1, scale, w2))` (eps 1e-6), which may draw more
+/// inputs.
 pub(super) fn dual_cases(
     device: &Device,
     dtype: DType,
     rng: &mut StdRng,
     shapes: &[(usize, usize, f64)],
-    expected: impl Fn(&Builder, &[f64], &[f64], usize, (&[f64], f64, &[f64])) -> Result<Vec<f64>>,
+    expected: impl Fn(&mut Builder, &[f64], &[f64], usize, (&[f64], f64, &[f64])) -> Result<Vec<f64>>,
 ) -> Result<Vec<Case>> {
     let mut cases = Vec::new();
     for &(rows, cols, scale) in shapes {
@@ -260,7 +261,7 @@ pub(super) fn dual_cases(
         let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
         let w1 = c.float(&[cols], norm_weight)?;
         let w2 = c.float(&[cols], norm_weight)?;
-        let expected = expected(&c, &r, &x, cols, (&w1, scale, &w2))?;
+        let expected = expected(&mut c, &r, &x, cols, (&w1, scale, &w2))?;
         let label = match scale == 1.0 {
             true => format!("[{rows}, {cols}]"),
             false => format!("[{rows}, {cols}] scaled by {scale}"),

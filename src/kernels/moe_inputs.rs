@@ -5,7 +5,7 @@
 //! pass over the row instead of two launches (26B-A4B decode: one fewer a layer), where the
 //! norms of `residual'` share one reduction.
 
-use super::check::{norm_weight, Builder, Case};
+use super::check::{norm_weight, Case};
 use super::contract::{Mutant, OpContract, OpSpec, ToleranceClass};
 use super::dual_rms_norm_plus_res::{self, DualNorms};
 use super::native::{self, cpu};
@@ -239,13 +239,7 @@ pub const CONTRACT: OpContract = OpContract {
         Mutant {
             what: "the router's H^-1/2 left out",
             run: |c| {
-                let mut inputs = composed(
-                    c.float(0),
-                    c.float(1),
-                    dual_norms(c),
-                    router_norms(c),
-                    c.eps,
-                )?;
+                let mut inputs = composed_of(c)?;
                 let hidden = c.float(0).dim(D::Minus1)?;
                 inputs.router = inputs.router.affine(1.0 / router_factor(hidden), 0.0)?;
                 outputs(inputs)
@@ -254,13 +248,7 @@ pub const CONTRACT: OpContract = OpContract {
         Mutant {
             what: "the router's and experts' inputs taken of the residual before attention",
             run: |c| {
-                let mut inputs = composed(
-                    c.float(0),
-                    c.float(1),
-                    dual_norms(c),
-                    router_norms(c),
-                    c.eps,
-                )?;
+                let mut inputs = composed_of(c)?;
                 (inputs.router, inputs.experts) =
                     composed_router_inputs(c.float(0), router_norms(c), c.eps)?;
                 outputs(inputs)
@@ -270,11 +258,10 @@ pub const CONTRACT: OpContract = OpContract {
 };
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
-    let mut cases = Vec::new();
     // Decode and prefill rows, an odd width, the widest row held in registers and one wider
     // (composed), a layer's end (its scalar; 0.375 is exact in every dtype); last (the one
     // `--perf` times) 26B-A4B's hidden size, one token.
-    for (rows, cols, scale) in [
+    let shapes = [
         (1, 64, 1.0),
         (3, 257, 1.0),
         (2, 8192, 1.0),
@@ -282,31 +269,24 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (2, 300, 0.375),
         (7, 2816, 1.0),
         (1, 2816, 1.0),
-    ] {
-        let mut c = Builder::new(device, dtype, rng);
-        let r = c.uniform(&[rows, cols], -5.0, 5.0)?;
-        let x = c.uniform(&[rows, cols], -3.0, 3.0)?;
-        let w1 = c.float(&[cols], norm_weight)?;
-        let w2 = c.float(&[cols], norm_weight)?;
+    ];
+    dual_rms_norm_plus_res::dual_cases(device, dtype, rng, &shapes, |c, r, x, cols, norms| {
         let router_scale = c.float(&[cols], norm_weight)?;
         let experts_norm = c.float(&[cols], norm_weight)?;
-        let expected = reference(
-            &r,
-            &x,
-            cols,
-            (&w1, scale, &w2),
-            (&router_scale, &experts_norm),
-            1e-6,
-        );
-        let label = match scale == 1.0 {
-            true => format!("[{rows}, {cols}]"),
-            false => format!("[{rows}, {cols}] scaled by {scale}"),
-        };
-        let mut case = c.finish(label, expected);
-        case.scale = scale;
-        cases.push(case);
-    }
-    Ok(cases)
+        let router = (router_scale.as_slice(), experts_norm.as_slice());
+        Ok(reference(r, x, cols, norms, router, 1e-6))
+    })
+}
+
+/// The composed arm on a case: the mutants' starting point.
+fn composed_of(c: &Case) -> Result<MoeInputs> {
+    composed(
+        c.float(0),
+        c.float(1),
+        dual_norms(c),
+        router_norms(c),
+        c.eps,
+    )
 }
 
 /// A case's inputs: `residual`, `x`, `w1`, `w2`, the router scale, the experts' norm.

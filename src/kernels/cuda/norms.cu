@@ -179,29 +179,40 @@ __device__ __forceinline__ void round_row_to_e4m3(float (&v)[V]) {
     }
 }
 
-// With ROUND_Y, y is the input of an FP8_DYNAMIC projection: rounded to e4m3 per row here, where
-// the block holds the whole row, instead of by a round_rows_e4m3 launch of its own.
-template <typename T, int V, bool ROUND_Y = false>
-__device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
-                                       T* out_y, int cols, float residual_scale, float eps) {
-    const size_t base = (size_t)blockIdx.x * cols;
-    float v[V], weight1[V], weight2[V], res[V];
-    load_row<T>(w1, cols, weight1);
-    load_row<T>(w2, cols, weight2);
+// dual_rms_norm_plus_res' first half (also moe_inputs'): waits for the kernels before, then
+// leaves in v row `base`'s residual' (residual + rms_norm(x; w1)) · s, rounded to T as it is
+// stored (the norms after it read that; 0 past the row's end), and stores it.
+template <typename T, int V>
+__device__ __forceinline__ void store_residual_after(const T* residual, const T* x, const float (&weight1)[V],
+                                                     T* out_residual, size_t base, int cols, float residual_scale,
+                                                     float eps, float (&v)[V]) {
+    float res[V];
     const float inv_x = load_tail_inputs(x, residual, base, cols, eps, v, res);
     const float scale = g4_round<T>(residual_scale);
-    // v becomes the new residual, rounded to T as it is stored: the second norm reads that.
 #pragma unroll
     for (int i = 0; i < V; ++i) {
         const float r = residual_after<T>(res[i], v[i], inv_x, weight1[i], scale);
         v[i] = row_index<T>(i, block_threads()) < cols ? r : 0.0f;
     }
     store_row(out_residual + base, cols, v);
+}
+
+// With ROUND_Y, y is the input of an FP8_DYNAMIC projection: rounded to e4m3 per row here, where
+// the block holds the whole row, instead of by a round_rows_e4m3 launch of its own.
+template <typename T, int V, bool ROUND_Y = false>
+__device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
+                                       T* out_y, int cols, float residual_scale, float eps) {
+    const size_t base = (size_t)blockIdx.x * cols;
+    float v[V], weight1[V], weight2[V];
+    load_row<T>(w1, cols, weight1);
+    load_row<T>(w2, cols, weight2);
+    store_residual_after<T>(residual, x, weight1, out_residual, base, cols, residual_scale, eps, v);
     const float inv_r = inv_rms(v, cols, eps);
+    // weight2 becomes y.
 #pragma unroll
-    for (int i = 0; i < V; ++i) res[i] = v[i] * inv_r * weight2[i];
-    if constexpr (ROUND_Y) round_row_to_e4m3<T>(res);
-    store_row(out_y + base, cols, res);
+    for (int i = 0; i < V; ++i) weight2[i] = v[i] * inv_r * weight2[i];
+    if constexpr (ROUND_Y) round_row_to_e4m3<T>(weight2);
+    store_row(out_y + base, cols, weight2);
 }
 
 // dual_rms_norm_plus_res for rows 4,097–6,144 wide (31B's 5,376), `_wide_lean`: 16 values a
@@ -410,20 +421,12 @@ __device__ void moe_inputs(const T* residual, const T* x, const T* w1, const T* 
                            const T* experts_norm, T* out_residual, T* out_y, T* router_out, T* experts_out,
                            int cols, float residual_scale, float factor, float eps) {
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[V], res[V], weight1[V], weight2[V], scale[V], weight[V];
+    float v[V], weight1[V], weight2[V], scale[V], weight[V];
     load_row<T>(w1, cols, weight1);
     load_row<T>(w2, cols, weight2);
     load_row<T>(router_scale, cols, scale);
     load_row<T>(experts_norm, cols, weight);
-    const float inv_x = load_tail_inputs(x, residual, base, cols, eps, v, res);
-    const float rounded_scale = g4_round<T>(residual_scale);
-    // v becomes the new residual, rounded to T as it is stored: the norms below read that.
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-        const float r = residual_after<T>(res[i], v[i], inv_x, weight1[i], rounded_scale);
-        v[i] = row_index<T>(i, block_threads()) < cols ? r : 0.0f;
-    }
-    store_row(out_residual + base, cols, v);
+    store_residual_after<T>(residual, x, weight1, out_residual, base, cols, residual_scale, eps, v);
     const float inv = inv_rms(v, cols, eps);
     const float rounded_factor = g4_round<T>(factor);
     // weight2, scale and weight become the three outputs.
