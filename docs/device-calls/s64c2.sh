@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop 64, call 2: `moe_inputs` with the post-attention dual norm inside it (one launch fewer a
 # MoE layer). Payload target/s64c2/bins.tar.xz: g4-base (72b3151, call 1's binary) and
-# g4-inputs (8e6bd4d); moe_bench (down with smaller load batches and register bounds).
+# g4-inputs (64f478d); moe_bench (down with smaller load batches and register bounds).
 # 1. g4-inputs: probe-ops of moe_inputs, moe_mlps, dual_rms_norm_plus_res; the goldens with
 #    graph and eager decode.
 # 2. moe_bench once the checkpoint is built (its build uses the GPU).
