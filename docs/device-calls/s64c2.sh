@@ -6,8 +6,7 @@
 #    graph and eager decode.
 # 2. moe_bench once the checkpoint is built (its build uses the GPU).
 # 3. Random-weight 26B-A4B bf16 tg64 (graph decode, -r 3), the binaries alternated twice, then
-#    pp512 once each.
-# 4. The same checkpoint rewritten FP8 (weight-only): tg64 alternated twice.
+#    pp512 once each. (An FP8 round was left out: three starts had failed and cost device time.)
 set -u
 source scripts/device-call-lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
@@ -28,8 +27,4 @@ echo "built at $SECONDS s"
 ab_bench 26b tg64 g4-base 250 1; ab_bench 26b tg64 g4-inputs 275 1
 ab_bench 26b tg64 g4-inputs 300 2; ab_bench 26b tg64 g4-base 325 2
 ab_bench 26b pp512 g4-base 350 1; ab_bench 26b pp512 g4-inputs 375 1
-python3 scripts/fp8_checkpoint.py /tmp/g4-26b /tmp/g4-26bfp8 --delete-source > /tmp/fp8.log 2>&1 || tail -3 /tmp/fp8.log
-echo "fp8 at $SECONDS s"
-ab_bench 26bfp8 tg64 g4-base 540 1; ab_bench 26bfp8 tg64 g4-inputs 555 1
-ab_bench 26bfp8 tg64 g4-inputs 570 2; ab_bench 26bfp8 tg64 g4-base 585 2
 echo "elapsed $SECONDS s"
