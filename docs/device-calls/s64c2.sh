@@ -6,7 +6,7 @@
 #    graph and eager decode.
 # 2. moe_bench once the checkpoint is built (its build uses the GPU).
 # 3. Random-weight 26B-A4B bf16 tg64 (graph decode, -r 3), the binaries alternated twice, then
-#    pp512 once each. (An FP8 round was left out: three starts had failed and cost device time.)
+#    pp512 once each, then a third tg64 pair. (An FP8 round was left out: three starts had failed and cost device time.)
 set -u
 source scripts/device-call-lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
@@ -27,4 +27,5 @@ echo "built at $SECONDS s"
 ab_bench 26b tg64 g4-base 250 1; ab_bench 26b tg64 g4-inputs 275 1
 ab_bench 26b tg64 g4-inputs 300 2; ab_bench 26b tg64 g4-base 325 2
 ab_bench 26b pp512 g4-base 350 1; ab_bench 26b pp512 g4-inputs 375 1
+ab_bench 26b tg64 g4-base 400 3; ab_bench 26b tg64 g4-inputs 425 3
 echo "elapsed $SECONDS s"
