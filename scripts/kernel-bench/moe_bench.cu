@@ -200,7 +200,7 @@ __global__ void gu_cols(const bf* x, const uint32_t* ids, const bf* gate_up, bf*
     }
 }
 
-// g4's down kernel with its loads in batches of B (G4_MOE_BATCH: 8 before stop 64, of which a 704-wide
+// g4's down kernel with its loads in batches of B (g4: G4_MOE_BATCH, 8, of which a 704-wide
 // row fills 3 a lane) and at least MIN_BLOCKS blocks a multiprocessor (fewer registers).
 template <int B, int MIN_BLOCKS>
 __global__ void __launch_bounds__(256, MIN_BLOCKS)

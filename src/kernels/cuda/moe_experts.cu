@@ -11,10 +11,7 @@
 // GEMVs load theirs).
 #include "gemv.cuh"
 
-// down's loads a lane keeps in flight: 26B-A4B's 704-wide rows fill 3 a lane, and a batch of 8
-// held registers for 8 (56 a thread, 4 blocks a multiprocessor). With 4, moe_bench's down took
-// 13.46 µs where 8 took 14.12 (H100, stop 64).
-#define G4_MOE_BATCH 4
+#define G4_MOE_BATCH 8
 #define G4_MOE_GATE_UP_BATCH 4
 #define G4_MOE_MAX_SLOTS 8
 #define G4_MOE_MAX_SHARED_WARPS 8
