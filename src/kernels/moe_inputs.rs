@@ -33,6 +33,8 @@ pub struct MoeInputs {
     pub experts: Tensor,
 }
 
+/// The layer's residual before attention, attention's output `x`, the dual norm's weights and
+/// the router's → `MoeInputs`.
 pub fn moe_inputs(
     residual: &Tensor,
     x: &Tensor,
@@ -259,7 +261,7 @@ pub const CONTRACT: OpContract = OpContract {
 
 fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // Decode and prefill rows, an odd width, the widest row held in registers and one wider
-    // (composed), a layer's end (its scalar; 0.375 is exact in every dtype); last (the one
+    // (composed), a residual scale other than 1 (0.375 is exact in every dtype); last (the one
     // `--perf` times) 26B-A4B's hidden size, one token.
     let shapes = [
         (1, 64, 1.0),
