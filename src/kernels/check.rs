@@ -461,3 +461,43 @@ pub fn time_arm(op: Op, arm: Arm, device: &Device, dtype: DType, seed: u64) -> R
         tflop_per_s: flops.map(|f| f / seconds / 1e12),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The references model a kernel's rounding with `Builder::round`, and real-size inputs are
+    /// built from its values: it must round every value as candle's conversion from f32 does,
+    /// across each dtype's range (e4m3's subnormals and saturation included).
+    #[test]
+    fn rounding_matches_candles_conversion_in_every_dtype() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let values: Vec<f64> = (0..20_000)
+            .map(|_| {
+                let magnitude = 2f64.powf(rng.random_range(-20.0..17.0));
+                if rng.random_bool(0.5) {
+                    magnitude
+                } else {
+                    -magnitude
+                }
+            })
+            .collect();
+        let cpu = Device::Cpu;
+        let builder = Builder::new(&cpu, DType::F32, &mut rng);
+        for dtype in [DType::F32, DType::BF16, DType::F16, DType::F8E4M3] {
+            let ours = builder.round(values.clone(), dtype).unwrap();
+            let candles: Vec<f32> = Tensor::from_iter(values.iter().map(|&v| v as f32), &cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            for ((&v, &a), &b) in values.iter().zip(&ours).zip(&candles) {
+                let same = a == b as f64 || (a.is_nan() && b.is_nan());
+                assert!(same, "{dtype:?}: {v} rounds to {a} here, {b} in candle");
+            }
+        }
+    }
+}
