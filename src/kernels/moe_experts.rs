@@ -669,27 +669,27 @@ pub(super) fn expert_grids(
     lanes: usize,
 ) -> (super::native::Grid, super::native::Grid) {
     use super::native::Grid;
-    let down_warps = match shared_width {
-        0 => slots,
-        _ => slots + shared_warps(shared_width, width),
-    };
     (
         Grid::of_warps(
             tokens * (slots * width + shared_width),
             GATE_UP_WARPS_PER_COLUMN,
             lanes,
         ),
-        Grid::of_warps(tokens * hidden, down_warps, lanes),
+        Grid::of_warps(
+            tokens * hidden,
+            slots + shared_warps(shared_width, width),
+            lanes,
+        ),
     )
 }
 
 /// Warps of a down block that split the shared MLP's row (`G4_MOE_MAX_SHARED_WARPS` at most).
 const MAX_SHARED_WARPS: usize = 8;
 
-/// The down kernel's warps for the shared MLP's rows of `shared_width`: as many as the experts'
-/// rows of `width` it is long, so that every warp of the block reads about as much.
+/// The down kernel's warps for the shared MLP's rows of `shared_width` (0: none): as many as
+/// the experts' rows of `width` it is long, so that every warp of the block reads about as much.
 fn shared_warps(shared_width: usize, width: usize) -> usize {
-    shared_width.div_ceil(width).clamp(1, MAX_SHARED_WARPS)
+    shared_width.div_ceil(width).min(MAX_SHARED_WARPS)
 }
 
 #[cfg(test)]
@@ -709,6 +709,7 @@ mod tests {
             assert!((1..=max).contains(&warps));
         }
         assert_eq!(super::shared_warps(2112, 704), 3);
+        assert_eq!(super::shared_warps(0, 704), 0);
     }
 
     /// The host sizes the grouped GEMM's launches from its own copy of the kernel's geometry:
@@ -756,10 +757,7 @@ mod tests {
                     gate_up.blocks as usize,
                     tokens * (slots * width + shared_width)
                 );
-                let shared_warps = match shared_width {
-                    0 => 0,
-                    _ => super::shared_warps(shared_width, width),
-                };
+                let shared_warps = super::shared_warps(shared_width, width);
                 assert_eq!(down.warps(lanes), slots + shared_warps);
                 assert_eq!(down.blocks as usize, tokens * hidden);
             }
