@@ -16,8 +16,8 @@
 //               turn, through one scratch slice small enough to stay in L2 (the GEMM reads the
 //               dequantised slice from L2 instead of HBM)
 //   tma         src/kernels/cuda/tma_gemm.cuh: a warp-specialised TMA + wgmma pipeline, e4m3
-//               widened to bf16 (and scaled) in registers on its way into Hopper's bf16 tensor
-//               cores, 128 or 256 rows of X a block, K in 1–4 slices (g4 takes 128 × 256 where
+//               widened to bf16 in registers on its way into Hopper's bf16 tensor cores (each
+//               row's scale on its sums), 128 or 256 rows of X a block, K in 1–4 slices (g4 takes 128 × 256 where
 //               those tiles fill the GPU twice, else 128 × 128 in the slices tma_gemm.rs's
 //               k_slices picks); and the same pipeline over the dequantised bf16 weights (how
 //               far the pipeline is from cuBLAS apart from the widening).
@@ -250,6 +250,44 @@ const TmaVariant<g4_tma::E4m3Weights> E4M3_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 96, 6, 1, "tma e4m3 128×96"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 64, 6, 1, "tma e4m3 128×64"),
 };
+// Timing probes whose outputs are wrong by design: the e4m3 pipeline (A from registers) with
+// the widening left out, to tell what of its cost over the bf16 pipeline (A by descriptor) is
+// the widening's instructions and what is A coming from registers (stop 65, H100: with A
+// constant the pipeline ties cuBLAS at E4B's gate/up; g4's widening then scaled each weight,
+// 1.26× that time, without the scale 1.18×).
+//   const A    no shared-memory reads and no conversion: A is a constant a tile
+//   raw A      the bytes read as E4m3Weights reads them, packed without conversion
+struct E4m3ConstA : g4_tma::E4m3Weights {
+    __device__ static void fragments(const uint8_t* tile, int, int, uint32_t (&a)[g4_tma::BK / 16][4]) {
+        const uint32_t value = 0x3c003c00u ^ (g4_tma::shared_address(tile) & 0x400u);
+#pragma unroll
+        for (int step = 0; step < g4_tma::BK / 16; ++step)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) a[step][r] = value;
+    }
+};
+struct E4m3RawA : g4_tma::E4m3Weights {
+    __device__ static void fragments(const uint8_t* tile, int first_row, int lane, uint32_t (&a)[g4_tma::BK / 16][4]) {
+        const int g = lane / 4, t = lane % 4, phase = g / 2 % 4;
+        const uint8_t* low = tile + (first_row + g) * g4_tma::BK + 2 * t;
+        const uint8_t* high = low + 8 * g4_tma::BK;
+        auto raw = [](const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p) * 0x10001u; };
+#pragma unroll
+        for (int step = 0; step < g4_tma::BK / 16; ++step) {
+            const int chunk = 16 * (step ^ phase);
+            a[step][0] = raw(low + chunk);
+            a[step][1] = raw(high + chunk);
+            a[step][2] = raw(low + chunk + 8);
+            a[step][3] = raw(high + chunk + 8);
+        }
+    }
+};
+const TmaVariant<E4m3ConstA> CONST_A_VARIANTS[] = {
+    G4_TMA_VARIANT(E4m3ConstA, 128, 6, 1, "probe: const A 128×128 (wrong)"),
+};
+const TmaVariant<E4m3RawA> RAW_A_VARIANTS[] = {
+    G4_TMA_VARIANT(E4m3RawA, 128, 6, 1, "probe: raw A 128×128 (wrong)"),
+};
 const TmaVariant<g4_tma::Bf16Weights> BF16_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
     G4_TMA_VARIANT(g4_tma::Bf16Weights, 256, 4, 1, "tma bf16 128×256, 4 stages"),
@@ -448,6 +486,8 @@ int main() {
                    }));
         };
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
+        for (const auto& variant : CONST_A_VARIANTS) tma(variant, w_dev, w_scale_dev);
+        for (const auto& variant : RAW_A_VARIANTS) tma(variant, w_dev, w_scale_dev);
         // Wide tiles for the full waves, 128-row ones for the rest (where a last wide wave would
         // leave most multiprocessors idle; tma_gemm.rs's rule, on this GPU's count).
         const int plain_wide_outputs = wide_then_narrow_outputs(m, n, g4_tma::BM, bench.sms);

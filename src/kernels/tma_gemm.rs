@@ -1,11 +1,11 @@
 //! The Hopper GEMM behind FP8 prefill's projections: `Y = X · (W_e4m3 × scale[row])ᵀ` for many
 //! rows of bf16 X on compute capability 9.0, a warp-specialised TMA + wgmma pipeline
 //! (src/kernels/cuda/tma_gemm.cuh, its entry points in tma_gemm.cu).
-//! The e4m3 weights (`matmul_bt_fp8_channel`) are widened and scaled in registers on their way
-//! into the tensor cores, so no bf16 copy of the weight is written or read; for an MLP's packed
-//! [gate ‖ up] (`linear_gelu_mul`) the GeGLU product can be the epilogue, so the [m, 2d]
-//! projection never reaches memory. (Over bf16 weights the same pipeline takes 1.14× cuBLAS's
-//! time, H100: bf16 checkpoints keep cuBLAS.)
+//! The e4m3 weights (`matmul_bt_fp8_channel`) are widened to bf16 in registers on their way
+//! into the tensor cores, and each row's scale multiplies its sums, so no bf16 copy of the weight
+//! is written or read; for an MLP's packed [gate ‖ up] (`linear_gelu_mul`) the GeGLU product can
+//! be the epilogue, so the [m, 2d] projection never reaches memory. (Over bf16 weights the same
+//! pipeline takes 1.14× cuBLAS's time, H100: bf16 checkpoints keep cuBLAS.)
 //!
 //! Not an op of its own: the ops that call it check its results through their contracts.
 //! `G4_TMA_GEMM=0` turns it off, and those ops take their other paths.

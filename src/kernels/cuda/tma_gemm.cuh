@@ -9,9 +9,12 @@
 // wgmma's M is the weight rows (A), its N the rows of X (B, K-major through a 128-byte-swizzle
 // descriptor). With e4m3 weights A comes from registers: each consumer thread reads its A
 // fragment's bytes from the W tile (TMA's 64-byte swizzle keeps those reads free of bank
-// conflicts), widens them to f32, multiplies by the row's scale and rounds to bf16 (the bf16
-// weights dequant_fp8_channel writes, so the product is dequantise-then-GEMM's up to the order
-// of the sums) while the tile before's wgmmas run. With bf16 weights A is read by descriptor.
+// conflicts) and widens them to bf16, exactly (e4m3 → f16 → f32 → bf16), while the tile before's
+// wgmmas run; each row's scale multiplies its sums in the epilogue, as the decode GEMV and the
+// grouped expert GEMM apply theirs. (Scaling each weight before the wgmma, as
+// dequant_fp8_channel's bf16 weights are, added two multiplies a pair to the widening, which
+// runs between the wgmmas: 5–8 % of the GEMM's time, H100, stop 65.) With bf16 weights A is
+// read by descriptor.
 // The epilogue goes through shared memory: stmatrix.trans turns the (weight row, X row)
 // fragments into rows of Y, which leave in 16-byte stores; for an MLP's packed gate/up it can be
 // the GeGLU product instead (GEGLU). Where a GEMM has too few tiles to
@@ -222,15 +225,15 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[56], const uint32_t (&a
 #undef G4_OPERANDS_32_47
 #undef G4_OPERANDS_0_31
 
-// Two e4m3 bytes (low byte first) widened to f32 (exactly: e4m3 → f16 in one instruction),
-// times the row's scale, rounded to bf16 as g4_dequant_fp8_channel rounds them.
-__device__ __forceinline__ uint32_t widen_scaled(uint16_t pair, float scale) {
+// Two e4m3 bytes (low byte first) as a bf16 pair, exactly: e4m3 → f16 in one instruction, then
+// through f32 (every e4m3 value is a bf16 value).
+__device__ __forceinline__ uint32_t widen(uint16_t pair) {
     uint32_t halves = 0;
 #if defined(G4_TMA_GEMM)
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
 #endif
     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&halves));
-    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x * scale, f.y * scale);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
     return *reinterpret_cast<const uint32_t*>(&b);
 }
 
@@ -246,18 +249,17 @@ struct E4m3Weights {
     // This lane's A fragments (CuTe's ALayout_64x16: rows g and g + 8 of its warp's 16, K pairs
     // 2t and 2t + 8 of each k16 step) for tile rows from `first_row` (a multiple of 8, so both
     // rows share the swizzle phase g / 2).
-    __device__ static void fragments(const uint8_t* tile, int first_row, int lane, float scale_low, float scale_high,
-                                     uint32_t (&a)[BK / 16][4]) {
+    __device__ static void fragments(const uint8_t* tile, int first_row, int lane, uint32_t (&a)[BK / 16][4]) {
         const int g = lane / 4, t = lane % 4, phase = g / 2 % 4;
         const uint8_t* low = tile + (first_row + g) * BK + 2 * t;
         const uint8_t* high = low + 8 * BK;
 #pragma unroll
         for (int step = 0; step < BK / 16; ++step) {
             const int chunk = 16 * (step ^ phase);
-            a[step][0] = widen_scaled(*reinterpret_cast<const uint16_t*>(low + chunk), scale_low);
-            a[step][1] = widen_scaled(*reinterpret_cast<const uint16_t*>(high + chunk), scale_high);
-            a[step][2] = widen_scaled(*reinterpret_cast<const uint16_t*>(low + chunk + 8), scale_low);
-            a[step][3] = widen_scaled(*reinterpret_cast<const uint16_t*>(high + chunk + 8), scale_high);
+            a[step][0] = widen(*reinterpret_cast<const uint16_t*>(low + chunk));
+            a[step][1] = widen(*reinterpret_cast<const uint16_t*>(high + chunk));
+            a[step][2] = widen(*reinterpret_cast<const uint16_t*>(low + chunk + 8));
+            a[step][3] = widen(*reinterpret_cast<const uint16_t*>(high + chunk + 8));
         }
     }
     __device__ static float row_scale(const float* scale, int row, int n) { return row < n ? scale[row] : 0.0f; }
@@ -378,7 +380,7 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
         const int s = i % STAGES;
         barrier_wait(&full[s], (i / STAGES) % 2);
         if constexpr (W::IN_REGISTERS) {
-            E4m3Weights::fragments(w_tile(s), first_row, lane, scale_low, scale_high, a);
+            W::fragments(w_tile(s), first_row, lane, a);
 #pragma unroll
             for (int step = 0; step < BK / 16; ++step)
 #pragma unroll
@@ -413,6 +415,10 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < BN / 2; ++r) hold(d[r]);
+    // Each weight row's scale on its sums (1 for bf16 weights, already scaled).
+    if constexpr (W::IN_REGISTERS)
+#pragma unroll
+        for (int r = 0; r < BN / 2; ++r) d[r] *= r % 4 >= 2 ? scale_high : scale_low;
 
     // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
     const int row_low = group_row + warp * 16 + g, row_high = row_low + 8;
