@@ -197,7 +197,7 @@ const SHAPE_PATHS: &[ShapePath] = &[
     },
     ShapePath {
         shapes: "more than 8 rows of bf16 on compute capability 9.0, K a multiple of 16, N of 8, tiles of 128 X rows filling a wave",
-        path: "native TMA + wgmma GEMM: e4m3 widened to bf16 in registers on its way into the tensor cores",
+        path: "native TMA + wgmma GEMM: e4m3 widened to bf16 in registers on its way into the tensor cores, each row's scale on its sums",
         case: "M512 N4224 K16",
     },
     ShapePath {
