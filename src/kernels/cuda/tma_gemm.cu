@@ -7,8 +7,9 @@
 #include "tma_gemm.cuh"
 #if !defined(__HIPCC__)
 
-// matmul_bt_fp8_channel: e4m3 weights widened and scaled in registers on their way into the
-// tensor cores; with `slices` > 1, slice z's f32 sums go to partial + z·m·n.
+// matmul_bt_fp8_channel: e4m3 weights widened to bf16 in registers on their way into the tensor
+// cores, each row's scale on its sums; with `slices` > 1, slice z's f32 sums go to
+// partial + z·m·n.
 // fp8_gelu_and_mul: the same over an MLP's packed [gate ‖ up] (n = 2d rows), the GeGLU product
 // as the epilogue: y [m, d], rounded as the GEMM followed by gelu_and_mul rounds; one slice of K.
 #define G4_TMA_GEMM_ENTRIES(SUFFIX, ROWS, STAGES)                                                                   \
