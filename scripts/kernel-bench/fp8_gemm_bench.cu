@@ -249,6 +249,11 @@ const TmaVariant<g4_tma::E4m3Weights> E4M3_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 112, 6, 1, "tma e4m3 128×112"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 96, 6, 1, "tma e4m3 128×96"),
     G4_TMA_VARIANT(g4_tma::E4m3Weights, 64, 6, 1, "tma e4m3 128×64"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 256, 5, 2, "tma e4m3 128×256, K in 2"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 256, 5, 3, "tma e4m3 128×256, K in 3"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 256, 5, 4, "tma e4m3 128×256, K in 4"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 112, 6, 2, "tma e4m3 128×112, K in 2"),
+    G4_TMA_VARIANT(g4_tma::E4m3Weights, 96, 6, 2, "tma e4m3 128×96, K in 2"),
 };
 // Timing probes whose outputs are wrong by design: the e4m3 pipeline (A from registers) with
 // the widening left out, to tell what of its cost over the bf16 pipeline (A by descriptor) is

@@ -221,9 +221,14 @@ const SHAPE_PATHS: &[ShapePath] = &[
         case: "M257 N20480 K16",
     },
     ShapePath {
-        shapes: "the same where slices of K pay for their partial sums (few tiles over a long K: E4B's down at 512 rows)",
+        shapes: "the same where slices of K pay for their partial sums (few tiles over a long K)",
         path: "native TMA + wgmma GEMM over slices of K, their f32 sums added in order",
         case: "M24 N48 K1024",
+    },
+    ShapePath {
+        shapes: "the same where tiles of 128 X rows over slices of K would need a second wave and tiles of 256 would not (E4B's and 31B's down at 512 rows)",
+        path: "the same GEMM in tiles of 256 X rows over slices of K",
+        case: "M129 N2944 K4288",
     },
     ShapePath {
         shapes: "more than 8 rows (prefill) elsewhere: f32 or f16, another GPU, N not a multiple of 8",
@@ -242,7 +247,8 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
     // warp group or block divides), prefill blocks (the Hopper GEMM's, on 132 multiprocessors:
     // a few tiles that rows and columns part-fill, with a last step of K half filled; 128-row
     // tiles filling one wave, and leaving it 73 % and 61 % full over a K too short to share;
-    // wide tiles leaving a last wave at most half full; slices of K; one that takes the
+    // wide tiles leaving a last wave at most half full; slices of K in tiles of 128 X rows and
+    // of 256 (the smallest case the chooser sends there, 1.6 G multiply-adds); one that takes the
     // dequantisation everywhere), K off the 16-weight vectors, and last (the one `--perf` times)
     // a decode GEMV of E4B's MLP down projection, whose 26 MB of e4m3 outgrow the L2 cache.
     let shapes = [
@@ -257,6 +263,7 @@ fn cases(device: &Device, dtype: DType, rng: &mut StdRng) -> Result<Vec<Case>> {
         (512, 2560, 16),
         (257, 20480, 16),
         (24, 48, 1024),
+        (129, 2944, 4288),
         (24, 44, 96),
         (2, 17, 129),
         (1, 2560, 10240),

@@ -46,6 +46,10 @@ const MAX_K_SLICES: usize = 4;
 /// against ≈ 0.45 µs a step of a wave of 128 × 128 tiles), and for that launch itself (≈ 2.5 µs).
 const SLICE_STEPS_PER_MIB: f64 = 1.4;
 const SLICES_LAUNCH_STEPS: f64 = 6.0;
+/// A step of a wide tile (256 X rows), in steps of a 128-row tile: twice the tensor work, the
+/// weight tile's copy and widening once (H100, fp8_gemm_bench at 512 rows, one wave, E4B's
+/// down: 98.5 µs wide against 62.7 narrow over 160 steps).
+const WIDE_STEP: f64 = 1.6;
 
 /// What the GEMM writes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -72,13 +76,17 @@ enum NarrowSplit {
     /// One block a tile of fewer X rows (one of [`SUB_WAVE_X_ROWS`]), K whole: where 128-row
     /// tiles fill less than one wave.
     Rows(usize),
+    /// One block a wide tile (256 X rows), K in this many slices (2 or more): each weight tile
+    /// widened once for twice the rows, the slices filling the waves the fewer tiles leave.
+    WideSlices(usize),
 }
 
 /// The split of an `[m, n]` GEMM over `w_tiles` weight tiles and `k_steps` steps of K on
 /// `multiprocessors` that costs least, in steps of a 128-row tile: waves × (a block's steps +
 /// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch. Among equals the
-/// first of: whole K, narrower rows (widest first), slices (fewest first). A GeGLU epilogue
-/// takes slices only (the caller refuses more than one). E4B at 512 rows on 132 (H100,
+/// first of: whole K, narrower rows (widest first), slices (fewest first), wide tiles over
+/// slices (fewest first). A GeGLU epilogue takes slices only (the caller refuses more than
+/// one). E4B at 512 rows on 132 (H100,
 /// fp8_gemm_bench, µs): q/k/v 112 rows (18.2–18.5), o 96 rows (14.0–14.2), a KV-sharing
 /// layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which slices weighed before rows took
 /// until stop 55), down K in 3 (55.6–56.0).
@@ -94,15 +102,21 @@ fn narrow_split(
     let waves = |tiles: usize| tiles.div_ceil(multiprocessors) as f64;
     let partial_mib = (m * n * 4) as f64 / (1 << 20) as f64;
     let sub_wave = epilogue == Epilogue::Plain && tiles < multiprocessors;
+    let sums = |s: usize| {
+        if s > 1 {
+            s as f64 * partial_mib * SLICE_STEPS_PER_MIB + SLICES_LAUNCH_STEPS
+        } else {
+            0.0
+        }
+    };
     let cost = |split: NarrowSplit| match split {
         NarrowSplit::Slices(s) => {
-            let steps = k_steps.div_ceil(s) as f64 + BLOCK_STEPS;
-            let sums = if s > 1 {
-                s as f64 * partial_mib * SLICE_STEPS_PER_MIB + SLICES_LAUNCH_STEPS
-            } else {
-                0.0
-            };
-            waves(tiles * s) * steps + sums
+            waves(tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS) + sums(s)
+        }
+        NarrowSplit::WideSlices(s) => {
+            let wide_tiles = m.div_ceil(WIDE_X_ROWS) * w_tiles;
+            waves(wide_tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS) * WIDE_STEP
+                + sums(s)
         }
         NarrowSplit::Rows(rows) => {
             let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
@@ -117,6 +131,11 @@ fn narrow_split(
                 .filter(|_| sub_wave),
         )
         .chain((2..=MAX_K_SLICES.min(k_steps)).map(NarrowSplit::Slices))
+        .chain(
+            (2..=MAX_K_SLICES.min(k_steps))
+                .map(NarrowSplit::WideSlices)
+                .filter(|_| epilogue == Epilogue::Plain),
+        )
         .min_by(|&a, &b| cost(a).total_cmp(&cost(b)))
         .unwrap_or(NarrowSplit::Slices(1))
 }
@@ -213,7 +232,7 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
             format!("g4_{entry}_rows{rows}_bf16"),
             tiles_of(rows, outputs),
         ),
-        (Tiling::Wide, _) => (
+        (Tiling::Wide, _) | (Tiling::Narrow, NarrowSplit::WideSlices(_)) => (
             WIDE_X_ROWS,
             WIDE_STAGES,
             format!("g4_{entry}_wide_bf16"),
@@ -277,7 +296,7 @@ pub fn gemm(
         return Ok(None);
     };
     let slices = match split {
-        NarrowSplit::Slices(slices) => slices,
+        NarrowSplit::Slices(slices) | NarrowSplit::WideSlices(slices) => slices,
         NarrowSplit::Rows(_) => 1,
     };
     let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
@@ -334,7 +353,7 @@ pub fn gemm(
 
 #[cfg(test)]
 mod tests {
-    use super::NarrowSplit::{Rows, Slices};
+    use super::NarrowSplit::{Rows, Slices, WideSlices};
     use super::Tiling::{Narrow, Wide, WideThenNarrow};
     use super::{narrow_split, plan, tiling, Epilogue};
 
@@ -350,13 +369,14 @@ mod tests {
             (512, 3072, 24, 40, Rows(112)),
             (512, 2560, 20, 32, Rows(96)),
             (512, 2048, 16, 40, Rows(64)),
-            (512, 2560, 20, 160, Slices(3)),
+            (512, 2560, 20, 160, WideSlices(3)),
             (512, 2560, 20, 4, Rows(96)),
             (2048, 3072, 24, 40, Slices(1)),
-            (512, 5376, 42, 336, Slices(3)),
+            (512, 5376, 42, 336, WideSlices(3)),
             (160, 200, 2, 3, Rows(64)),
             (24, 48, 1, 16, Slices(4)),
             (24, 48, 1, 2, Rows(64)),
+            (129, 2944, 23, 67, WideSlices(4)),
         ] {
             assert_eq!(
                 narrow_split(m, n, w_tiles, steps, 132, Epilogue::Plain),
@@ -419,7 +439,7 @@ mod tests {
                 120,
                 Rows(96),
             ),
-            (2560, 10240, plain, linear.to_string(), 128, 80, Slices(3)),
+            (2560, 10240, plain, format!("{linear}_wide"), 256, 40, WideSlices(3)),
             (20480, 2560, geglu, gate_up.to_string(), 256, 376, Slices(1)),
         ] {
             let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");
