@@ -47,8 +47,8 @@ const MAX_K_SLICES: usize = 4;
 const SLICE_STEPS_PER_MIB: f64 = 1.4;
 const SLICES_LAUNCH_STEPS: f64 = 6.0;
 /// A step of a wide tile (256 X rows), in steps of a 128-row tile: twice the tensor work, the
-/// weight tile's copy and widening once (H100, fp8_gemm_bench at 512 rows, one wave, E4B's
-/// down: 98.5 µs wide against 62.7 narrow over 160 steps).
+/// weight tile's copy and widening once (fp8_gemm_bench at 512 rows, one wave, E4B's down over
+/// its 160 steps: 97.4 µs wide against 62.5 narrow, H200; 98.5 against 62.7, H100).
 const WIDE_STEP: f64 = 1.6;
 
 /// What the GEMM writes.
@@ -86,10 +86,10 @@ enum NarrowSplit {
 /// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch. Among equals the
 /// first of: whole K, narrower rows (widest first), slices (fewest first), wide tiles over
 /// slices (fewest first). A GeGLU epilogue takes slices only (the caller refuses more than
-/// one). E4B at 512 rows on 132 (H100,
-/// fp8_gemm_bench, µs): q/k/v 112 rows (18.2–18.5), o 96 rows (14.0–14.2), a KV-sharing
-/// layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which slices weighed before rows took
-/// until stop 55), down K in 3 (55.6–56.0).
+/// one). E4B at 512 rows on 132 (fp8_gemm_bench, µs): q/k/v 112 rows (H100 18.2–18.5), o 96
+/// rows (14.0–14.2), a KV-sharing layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which
+/// slices weighed before rows took until stop 55), down wide tiles in 3 slices (H200: 43.7,
+/// where 128-row tiles in 3 took 52.4 and 96-row ones 53.1).
 fn narrow_split(
     m: usize,
     n: usize,
@@ -115,8 +115,7 @@ fn narrow_split(
         }
         NarrowSplit::WideSlices(s) => {
             let wide_tiles = m.div_ceil(WIDE_X_ROWS) * w_tiles;
-            waves(wide_tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS) * WIDE_STEP
-                + sums(s)
+            waves(wide_tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS) * WIDE_STEP + sums(s)
         }
         NarrowSplit::Rows(rows) => {
             let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
@@ -360,11 +359,12 @@ mod tests {
     #[test]
     fn narrow_splits_as_measured_and_as_the_probe_needs() {
         // (m, n, weight tiles, steps of K, split) on 132 multiprocessors, plain epilogue: E4B's
-        // q/k/v, o, a KV-sharing layer's q and down at 512 rows (measured best, H100: 112 rows,
-        // 96 rows, 64 rows, K in 3) and its per-layer-input projection (K 256: 96 rows); q/k/v
-        // with tiles for a wave (2,048 rows); 31B's down; and the probe's cases: a few tiles (64
-        // rows), one tile over a long K (slices), and one over a K too short to cut (its 24 rows
-        // in a 64-row tile).
+        // q/k/v, o, a KV-sharing layer's q and down at 512 rows (measured best: 112 rows, 96
+        // rows, 64 rows, wide tiles in 3 slices) and its per-layer-input projection (K 256: 96
+        // rows); q/k/v with tiles for a wave (2,048 rows); 31B's down (wide in 3, not measured);
+        // and the probe's cases: a few tiles (64 rows), one tile over a long K (slices), one over
+        // a K too short to cut (its 24 rows in a 64-row tile), and the smallest the wide slices
+        // take.
         for (m, n, w_tiles, steps, want) in [
             (512, 3072, 24, 40, Rows(112)),
             (512, 2560, 20, 32, Rows(96)),
@@ -395,8 +395,8 @@ mod tests {
     fn e4b_prefill_gemms_launch_as_measured() {
         // E4B's FP8 projections at 512 rows on an H100 or H200 (132 multiprocessors): (n, k,
         // epilogue) → (entry point, X rows, blocks, split): q/k/v, o, a KV-sharing layer's q and
-        // the per-layer-input projection in narrower tiles, down in 3 slices of K, and the packed
-        // gate/up.
+        // the per-layer-input projection in narrower tiles, down in wide tiles over 3 slices of K,
+        // and the packed gate/up.
         let (plain, geglu) = (Epilogue::Plain, Epilogue::GeluAndMul);
         let (linear, gate_up) = (
             "matmul_bt_fp8_channel_tma",
@@ -439,7 +439,15 @@ mod tests {
                 120,
                 Rows(96),
             ),
-            (2560, 10240, plain, format!("{linear}_wide"), 256, 40, WideSlices(3)),
+            (
+                2560,
+                10240,
+                plain,
+                format!("{linear}_wide"),
+                256,
+                40,
+                WideSlices(3),
+            ),
             (20480, 2560, geglu, gate_up.to_string(), 256, 376, Slices(1)),
         ] {
             let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");
