@@ -17,10 +17,11 @@
 //               dequantised slice from L2 instead of HBM)
 //   tma         src/kernels/cuda/tma_gemm.cuh: a warp-specialised TMA + wgmma pipeline, e4m3
 //               widened to bf16 in registers on its way into Hopper's bf16 tensor cores (each
-//               row's scale on its sums), 128 or 256 rows of X a block, K in 1–4 slices (g4 takes 128 × 256 where
-//               those tiles fill the GPU twice, else 128 × 128 in the slices tma_gemm.rs's
-//               k_slices picks); and the same pipeline over the dequantised bf16 weights (how
-//               far the pipeline is from cuBLAS apart from the widening).
+//               row's scale on its sums), 64–256 rows of X a block, K in 1–4 slices (the
+//               tilings tma_gemm.rs's `tiling` and `narrow_split` choose among, and the wide
+//               then narrow one); two probes with the widening left out; and the same pipeline
+//               over the dequantised bf16 weights (how far the pipeline is from cuBLAS apart
+//               from the widening).
 // For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
 // prefill today) against the TMA GEMM with the product as its epilogue (g4's kernel).
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
