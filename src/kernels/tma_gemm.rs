@@ -67,7 +67,8 @@ fn enabled() -> bool {
     *ENABLED.get_or_init(|| std::env::var("G4_TMA_GEMM").as_deref() != Ok("0"))
 }
 
-/// How a GEMM in 128-row tiles (`Tiling::Narrow`) shares its work out.
+/// How a GEMM whose wide tiles would not fill the GPU twice (`Tiling::Narrow`) shares its work
+/// out: in tiles of 128 X rows or fewer, or in wide tiles over slices of K.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NarrowSplit {
     /// One block a tile in waves, K in this many slices (1: whole) whose f32 partial sums a
