@@ -86,8 +86,8 @@ enum NarrowSplit {
 /// `multiprocessors` that costs least, in steps of a 128-row tile: waves × (a block's steps +
 /// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch. Among equals the
 /// first of: whole K, narrower rows (widest first), slices (fewest first), wide tiles over
-/// slices (fewest first). A GeGLU epilogue takes slices only (the caller refuses more than
-/// one). E4B at 512 rows on 132 (fp8_gemm_bench, µs): q/k/v 112 rows (H100 18.2–18.5), o 96
+/// slices (fewest first). A GeGLU epilogue takes 128-row tiles over slices only, never
+/// narrower rows or wide slices (and the caller refuses more than one slice). E4B at 512 rows on 132 (fp8_gemm_bench, µs): q/k/v 112 rows (H100 18.2–18.5), o 96
 /// rows (14.0–14.2), a KV-sharing layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which
 /// slices weighed before rows took until stop 55), down wide tiles in 3 slices (H200: 43.7,
 /// where 128-row tiles in 3 took 52.4 and 96-row ones 53.1).
