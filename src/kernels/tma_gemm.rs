@@ -87,10 +87,11 @@ enum NarrowSplit {
 /// [`BLOCK_STEPS`]) plus, for slices, the partial sums' traffic and launch. Among equals the
 /// first of: whole K, narrower rows (widest first), slices (fewest first), wide tiles over
 /// slices (fewest first). A GeGLU epilogue takes 128-row tiles over slices only, never
-/// narrower rows or wide slices (and the caller refuses more than one slice). E4B at 512 rows on 132 (fp8_gemm_bench, µs): q/k/v 112 rows (H100 18.2–18.5), o 96
-/// rows (14.0–14.2), a KV-sharing layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which
-/// slices weighed before rows took until stop 55), down wide tiles in 3 slices (H200: 43.7,
-/// where 128-row tiles in 3 took 52.4 and 96-row ones 53.1).
+/// narrower rows or wide slices (and the caller refuses more than one slice). E4B at 512 rows
+/// on 132 (fp8_gemm_bench, µs): q/k/v 112 rows (H100 18.2–18.5), o 96 rows (14.0–14.2), a
+/// KV-sharing layer's q 64 rows (14.6–14.7; K in 2: 15.5–15.6, which slices weighed before rows
+/// took until stop 55), down wide tiles in 3 slices (H200: 43.7, where 128-row tiles in 3 took
+/// 52.4 and 96-row ones 53.1).
 fn narrow_split(
     m: usize,
     n: usize,
@@ -110,13 +111,14 @@ fn narrow_split(
             0.0
         }
     };
+    // The waves of `tiles` over `s` slices of K, in steps of their own tile.
+    let sliced =
+        |tiles: usize, s: usize| waves(tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS);
     let cost = |split: NarrowSplit| match split {
-        NarrowSplit::Slices(s) => {
-            waves(tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS) + sums(s)
-        }
+        NarrowSplit::Slices(s) => sliced(tiles, s) + sums(s),
         NarrowSplit::WideSlices(s) => {
             let wide_tiles = m.div_ceil(WIDE_X_ROWS) * w_tiles;
-            waves(wide_tiles * s) * (k_steps.div_ceil(s) as f64 + BLOCK_STEPS) * WIDE_STEP + sums(s)
+            sliced(wide_tiles, s) * WIDE_STEP + sums(s)
         }
         NarrowSplit::Rows(rows) => {
             let step = (1.0 - FIXED_STEP_SHARE) * rows as f64 / X_ROWS as f64 + FIXED_STEP_SHARE;
