@@ -294,6 +294,23 @@ const TmaVariant<E4m3ConstA> CONST_A_VARIANTS[] = {
 const TmaVariant<E4m3RawA> RAW_A_VARIANTS[] = {
     G4_TMA_VARIANT(E4m3RawA, 128, 6, 1, "probe: raw A 128×128 (wrong)"),
 };
+// e4m3 widened to f16 (one instruction a pair) against X in f16: the candidate for closing the
+// widening's cost; its X is this bench's bf16 X converted once (exact over f16's range).
+const TmaVariant<g4_tma::E4m3WeightsF16> E4M3_F16_VARIANTS[] = {
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 128, 6, 1, "tma e4m3→f16 128×128, 6 stages"),
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 256, 5, 1, "tma e4m3→f16 128×256, 5 stages"),
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 112, 6, 1, "tma e4m3→f16 128×112"),
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 96, 6, 1, "tma e4m3→f16 128×96"),
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 256, 5, 2, "tma e4m3→f16 128×256, K in 2"),
+};
+// gemm_wide_then_narrow for weights whose entry point g4 does not have.
+template <typename W, bool GEGLU>
+__global__ void __launch_bounds__(g4_tma::THREADS, 1)
+    wide_then_narrow_variant(const __grid_constant__ CUtensorMap wide_x_map, const __grid_constant__ CUtensorMap x_map,
+                             const __grid_constant__ CUtensorMap w_map, const float* scale, bf* y, int m, int n, int k,
+                             int wide_outputs) {
+    g4_tma::gemm_wide_then_narrow<W, GEGLU>(&wide_x_map, &x_map, &w_map, scale, y, m, n, k, wide_outputs);
+}
 const TmaVariant<g4_tma::Bf16Weights> BF16_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::Bf16Weights, 128, 6, 1, "tma bf16 128×128, 6 stages"),
     G4_TMA_VARIANT(g4_tma::Bf16Weights, 256, 4, 1, "tma bf16 128×256, 4 stages"),
@@ -357,6 +374,7 @@ int main() {
         uint8_t* w_dev = bench.alloc<uint8_t>(w.size());
         float* w_scale_dev = bench.alloc<float>(n);
         bf* x_dev = bench.alloc<bf>(x.size());
+        __half* x_f16_dev = bench.alloc<__half>(x.size());
         bf* dense = bench.alloc<bf>(w.size());
         // The slices' scratch: apart from `dense`, which the paths after them read whole (stop
         // 45's and stop 51's first "bf16" TMA rows read a `dense` the slices had overwritten).
@@ -369,6 +387,9 @@ int main() {
         CHECK(cudaMemcpy(w_dev, w.data(), w.size(), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(w_scale_dev, w_scale.data(), n * 4, cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(x_dev, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
+        std::vector<__half> x_f16(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x_f16[i] = __float2half_rn(bf16_bits_to_float(x[i]));
+        CHECK(cudaMemcpy(x_f16_dev, x_f16.data(), x.size() * 2, cudaMemcpyHostToDevice));
         auto dequant = [&] {
             g4_dequant_fp8_channel_bf16<<<bench.sms * 8, 256, 0, bench.stream>>>(w_dev, w_scale_dev, dense, n, k);
         };
@@ -472,6 +493,10 @@ int main() {
                                                  CU_TENSOR_MAP_SWIZZLE_128B);
         const CUtensorMap x_map_256 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, g4_tma::BK, 256,
                                                  CU_TENSOR_MAP_SWIZZLE_128B);
+        const CUtensorMap x_f16_map_128 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x_f16_dev, k, m, g4_tma::BK,
+                                                     128, CU_TENSOR_MAP_SWIZZLE_128B);
+        const CUtensorMap x_f16_map_256 = tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x_f16_dev, k, m, g4_tma::BK,
+                                                     256, CU_TENSOR_MAP_SWIZZLE_128B);
         auto tma = [&](const auto& variant, const void* weights, const float* scale) {
             typedef typename std::remove_reference<decltype(variant)>::type::Weights W;
             const CUtensorMap w_map = tensor_map(W::MAP_TYPE, sizeof(typename W::Stored), weights, k, n, g4_tma::BK,
@@ -480,8 +505,11 @@ int main() {
                                        variant.shared_bytes));
             const int blocks = (m + variant.rows - 1) / variant.rows * ((n + g4_tma::BM - 1) / g4_tma::BM) *
                                variant.slices;
-            const CUtensorMap x_map = tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, g4_tma::BK,
-                                                 variant.rows, CU_TENSOR_MAP_SWIZZLE_128B);
+            const CUtensorMap x_map =
+                W::F16_INPUTS ? tensor_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x_f16_dev, k, m, g4_tma::BK,
+                                           variant.rows, CU_TENSOR_MAP_SWIZZLE_128B)
+                              : tensor_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, x_dev, k, m, g4_tma::BK, variant.rows,
+                                           CU_TENSOR_MAP_SWIZZLE_128B);
             const size_t count = (size_t)m * n;
             report(variant.path, timed([&](int) {
                        variant.kernel<<<blocks, g4_tma::THREADS, variant.shared_bytes, bench.stream>>>(
@@ -492,6 +520,7 @@ int main() {
                    }));
         };
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
+        for (const auto& variant : E4M3_F16_VARIANTS) tma(variant, w_dev, w_scale_dev);
         for (const auto& variant : CONST_A_VARIANTS) tma(variant, w_dev, w_scale_dev);
         for (const auto& variant : RAW_A_VARIANTS) tma(variant, w_dev, w_scale_dev);
         // Wide tiles for the full waves, 128-row ones for the rest (where a last wide wave would
@@ -508,6 +537,12 @@ int main() {
                        g4_matmul_bt_fp8_channel_tma_wide_then_narrow_bf16<<<blocks, g4_tma::THREADS, shared,
                                                                              bench.stream>>>(
                            x_map_256, x_map_128, w_map, w_scale_dev, y, m, n, k, plain_wide_outputs);
+                   }));
+            auto f16_kernel = wide_then_narrow_variant<g4_tma::E4m3WeightsF16, false>;
+            CHECK(cudaFuncSetAttribute(f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+            report("tma e4m3→f16 wide, then 128×128", timed([&](int) {
+                       f16_kernel<<<blocks, g4_tma::THREADS, shared, bench.stream>>>(
+                           x_f16_map_256, x_f16_map_128, w_map, w_scale_dev, y, m, n, k, plain_wide_outputs);
                    }));
         }
         // The same pipeline on the dequantised bf16 weights, beside cuBLAS's bf16 row above.
@@ -585,6 +620,14 @@ int main() {
                               x_map_256, x_map_128, w_halves, w_scale_dev, product, m, n, k, geglu_wide_outputs);
                       }),
                       product, want_product, d);
+                auto f16_geglu = wide_then_narrow_variant<g4_tma::E4m3WeightsF16, true>;
+                CHECK(cudaFuncSetAttribute(f16_geglu, cudaFuncAttributeMaxDynamicSharedMemorySize, wide_shared));
+                check("tma e4m3→f16 wide, then 128, GeGLU", timed_product([&](int) {
+                          f16_geglu<<<blocks, g4_tma::THREADS, wide_shared, bench.stream>>>(
+                              x_f16_map_256, x_f16_map_128, w_halves, w_scale_dev, product, m, n, k,
+                              geglu_wide_outputs);
+                      }),
+                      product, want_product, d);
             }
             // The same epilogue over the dequantised bf16 weights: what a bf16 checkpoint's prefill
             // could run in place of cuBLAS and gelu_and_mul.
@@ -633,7 +676,7 @@ int main() {
             }
         }
         if (status != 0) printf("%-8s cublasLtMatmul failed: status %d\n", shape.name, status);
-        for (void* p : {(void*)w_dev, (void*)w_scale_dev, (void*)x_dev, (void*)dense, (void*)slice_scratch, (void*)y,
+        for (void* p : {(void*)w_dev, (void*)w_scale_dev, (void*)x_dev, (void*)x_f16_dev, (void*)dense, (void*)slice_scratch, (void*)y,
                         (void*)hi, (void*)lo,
                         (void*)x_scale, (void*)x_scale_lo})
             CHECK(cudaFree(p));

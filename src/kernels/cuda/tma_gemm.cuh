@@ -152,32 +152,44 @@ __device__ __forceinline__ void hold(float& r) { asm volatile("" : "+f"(r)::"mem
 #define G4_D16(i) G4_D4(i), G4_D4(i + 4), G4_D4(i + 8), G4_D4(i + 12)
 #define G4_D64 G4_D16(0), G4_D16(16), G4_D16(32), G4_D16(48)
 #define G4_D128 G4_D64, G4_D16(64), G4_D16(80), G4_D16(96), G4_D16(112)
-#define G4_WGMMA(SHAPE) "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32.bf16.bf16 "
+#define G4_D32 G4_D16(0), G4_D16(16)
+#define G4_D48 G4_D32, G4_D16(32)
+#define G4_D56 G4_D48, G4_D4(48), G4_D4(52)
+#define G4_WGMMA(SHAPE, TYPE) \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " "
+// One wgmma over bf16 inputs, or over f16 ones where F16: the same asm with the type named.
+#define G4_WGMMA_TYPED(SHAPE, OPERANDS, OUTPUTS, ...)                               \
+    if constexpr (F16)                                                              \
+        asm volatile(G4_WGMMA(SHAPE, "f16") OPERANDS : OUTPUTS : __VA_ARGS__);      \
+    else                                                                            \
+        asm volatile(G4_WGMMA(SHAPE, "bf16") OPERANDS : OUTPUTS : __VA_ARGS__)
 
-// d (64 × N f32, CuTe's CLayout_64xN) += A (64 × 16 bf16: registers `a` or descriptor) · B
-// (16 × N bf16, descriptor `b`). N = 128 or 256.
+// d (64 × N f32, CuTe's CLayout_64xN) += A (64 × 16 bf16, or f16 where F16: registers `a` or
+// descriptor) · B (16 × N of the same type, descriptor `b`). N = 128 or 256.
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n128k16") G4_SUMS_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                 : G4_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    G4_WGMMA_TYPED("m64n128k16", G4_SUMS_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n", G4_D64, "r"(a[0]),
+                   "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[64], uint64_t a, uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n128k16") G4_SUMS_64 ", %64, %65, p, 1, 1, 0, 0;\n}\n" : G4_D64 : "l"(a), "l"(b));
+    G4_WGMMA_TYPED("m64n128k16", G4_SUMS_64 ", %64, %65, p, 1, 1, 0, 0;\n}\n", G4_D64, "l"(a), "l"(b));
 #endif
 }
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n256k16") G4_SUMS_128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-                 : G4_D128
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    G4_WGMMA_TYPED("m64n256k16", G4_SUMS_128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n", G4_D128,
+                   "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], uint64_t a, uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n256k16") G4_SUMS_128 ", %128, %129, p, 1, 1, 0, 0;\n}\n" : G4_D128 : "l"(a), "l"(b));
+    G4_WGMMA_TYPED("m64n256k16", G4_SUMS_128 ", %128, %129, p, 1, 1, 0, 0;\n}\n", G4_D128, "l"(a), "l"(b));
 #endif
 }
 
@@ -188,31 +200,36 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[128], uint64_t a, uint6
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define G4_OPERANDS_32_47 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define G4_OPERANDS_48_55 "%48, %49, %50, %51, %52, %53, %54, %55"
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n64k16") "{" G4_OPERANDS_0_31 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : G4_D16(0), G4_D16(16)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    G4_WGMMA_TYPED("m64n64k16", "{" G4_OPERANDS_0_31 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n", G4_D32,
+                   "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[48], const uint32_t (&a)[4], uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n96k16") "{" G4_OPERANDS_0_31 ", " G4_OPERANDS_32_47
-                 "}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
-                 : G4_D16(0), G4_D16(16), G4_D16(32)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    G4_WGMMA_TYPED("m64n96k16",
+                   "{" G4_OPERANDS_0_31 ", " G4_OPERANDS_32_47 "}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n",
+                   G4_D48, "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64nk16(float (&d)[56], const uint32_t (&a)[4], uint64_t b) {
 #if defined(G4_TMA_GEMM)
-    asm volatile(G4_WGMMA("m64n112k16") "{" G4_OPERANDS_0_31 ", " G4_OPERANDS_32_47 ", " G4_OPERANDS_48_55
-                 "}, {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n"
-                 : G4_D16(0), G4_D16(16), G4_D16(32), G4_D4(48), G4_D4(52)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    G4_WGMMA_TYPED("m64n112k16",
+                   "{" G4_OPERANDS_0_31 ", " G4_OPERANDS_32_47 ", " G4_OPERANDS_48_55
+                   "}, {%56, %57, %58, %59}, %60, p, 1, 1, 0;\n}\n",
+                   G4_D56, "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 #endif
 }
 
+#undef G4_WGMMA_TYPED
 #undef G4_WGMMA
+#undef G4_D56
+#undef G4_D48
+#undef G4_D32
 #undef G4_D128
 #undef G4_D64
 #undef G4_D16
@@ -225,27 +242,35 @@ __device__ __forceinline__ void wgmma_m64nk16(float (&d)[56], const uint32_t (&a
 #undef G4_OPERANDS_32_47
 #undef G4_OPERANDS_0_31
 
-// Two e4m3 bytes (low byte first) as a bf16 pair, exactly: e4m3 → f16 in one instruction, then
-// through f32 (every e4m3 value is a bf16 value).
-__device__ __forceinline__ uint32_t widen(uint16_t pair) {
+// Two e4m3 bytes (low byte first) as an f16 pair, exactly, in one instruction.
+__device__ __forceinline__ uint32_t widen_to_f16(uint16_t pair) {
     uint32_t halves = 0;
 #if defined(G4_TMA_GEMM)
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
 #endif
+    return halves;
+}
+// The same pair as bf16, exactly: through f16 and f32 (every e4m3 value is a bf16 value).
+__device__ __forceinline__ uint32_t widen_to_bf16(uint16_t pair) {
+    const uint32_t halves = widen_to_f16(pair);
     const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&halves));
     const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
     return *reinterpret_cast<const uint32_t*>(&b);
 }
 
 // e4m3 weights, one f32 scale a row: a W tile is 128 rows of 64 bytes in TMA's 64-byte swizzle
-// (16-byte chunk c of row r at c ^ (r / 2 % 4)); A comes from registers.
-struct E4m3Weights {
+// (16-byte chunk c of row r at c ^ (r / 2 % 4)); A comes from registers, widened to bf16 for bf16
+// X, or (F16) to f16 for X in f16 — one instruction a pair instead of four.
+template <bool F16>
+struct E4m3Tiles {
     typedef uint8_t Stored;
+    static constexpr bool F16_INPUTS = F16;
     static constexpr int TILE_BYTES = BM * BK;
     static constexpr CUtensorMapDataType MAP_TYPE = CU_TENSOR_MAP_DATA_TYPE_UINT8;
     static constexpr CUtensorMapSwizzle MAP_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_64B;
     static constexpr bool IN_REGISTERS = true;
 
+    __device__ static uint32_t widen(uint16_t pair) { return F16 ? widen_to_f16(pair) : widen_to_bf16(pair); }
     // This lane's A fragments (CuTe's ALayout_64x16: rows g and g + 8 of its warp's 16, K pairs
     // 2t and 2t + 8 of each k16 step) for tile rows from `first_row` (a multiple of 8, so both
     // rows share the swizzle phase g / 2).
@@ -264,12 +289,15 @@ struct E4m3Weights {
     }
     __device__ static float row_scale(const float* scale, int row, int n) { return row < n ? scale[row] : 0.0f; }
 };
+typedef E4m3Tiles<false> E4m3Weights;
+typedef E4m3Tiles<true> E4m3WeightsF16;
 
 // bf16 weights (already scaled): a W tile is 128 rows of 128 bytes in the 128-byte swizzle; A is
 // read by descriptor, a warpgroup's 64 rows from its first. Only kernel-bench instantiates it
 // (the pipeline set beside cuBLAS, which g4 keeps for bf16: 1.13× its time at E4B's gate/up).
 struct Bf16Weights {
     typedef g4_bf16 Stored;
+    static constexpr bool F16_INPUTS = false;
     static constexpr int TILE_BYTES = BM * BK * 2;
     static constexpr CUtensorMapDataType MAP_TYPE = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     static constexpr CUtensorMapSwizzle MAP_SWIZZLE = CU_TENSOR_MAP_SWIZZLE_128B;
@@ -296,9 +324,9 @@ constexpr int shared_bytes() {
 // weight tile run together, so it is read from memory once). `block` is this block's place in
 // that grid, and the weight tiles cover `region_outputs` outputs from `first_output` (a multiple
 // of the block's outputs): all of them, or one part of gemm_wide_then_narrow's split.
-// x_map: X as bf16 [m, k], box 64 × BN, 128-byte swizzle; w_map: W [n, k], box 64 × 128, in W's
-// type and swizzle. k % 16 == 0 (TMA's 16-byte row pitch; a partial last tile reads zeros),
-// n % 8 == 0 (whole 16-byte stores).
+// x_map: X as bf16 (f16 where W::F16_INPUTS) [m, k], box 64 × BN, 128-byte swizzle; w_map: W
+// [n, k], box 64 × 128, in W's type and swizzle. k % 16 == 0 (TMA's 16-byte row pitch; a partial
+// last tile reads zeros), n % 8 == 0 (whole 16-byte stores).
 // With one slice Y is bf16 [m, n]; with more, slice z writes its f32 sums to partial + z·m·n.
 // GEGLU (one slice): W is an MLP's packed [gate ‖ up] (n = 2d rows, w_map's box 64 × 64) and Y
 // [m, d] = gelu_tanh(X·gateᵀ) ⊙ X·upᵀ, rounded as the GEMM and then gelu_and_mul round (each
@@ -391,9 +419,9 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
         for (int step = 0; step < BK / 16; ++step) {
             const uint64_t b = descriptor_sw128(x_tile(s) + 32 * step);
             if constexpr (W::IN_REGISTERS)
-                wgmma_m64nk16(d, a[step], b);
+                wgmma_m64nk16<W::F16_INPUTS>(d, a[step], b);
             else
-                wgmma_m64nk16(d, descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
+                wgmma_m64nk16<W::F16_INPUTS>(d, descriptor_sw128(w_tile(s) + consumer * 64 * 128 + 32 * step), b);
         }
         wgmma_commit();
         wgmma_wait<1>();
