@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Stop 67, call 1 (stop 66's call 1 plus the f16 rows). Payload target/s67c1/bins.tar.xz:
-# g4 (this branch: a bf16 checkpoint's packed MLP gate/up at prefill through the TMA GEMM with
+# Stop 67, call 1 (ran on experiment/bf16-geglu-tma at d17df0e: stop 66's call 1 plus the f16
+# rows). Payload target/s67c1/bins.tar.xz:
+# g4 (that branch: a bf16 checkpoint's packed MLP gate/up at prefill through the TMA GEMM with
 # the GeGLU epilogue, in wide tiles; `G4_TMA_GEMM=0` gives main's cuBLAS + gelu_and_mul) and
 # fp8_gemm_bench with the bf16 wide GeGLU rows. Built and packed on the build machine by
 #   scripts/build-cuda.sh && eval "$(scripts/nvcc-env.sh)" && mkdir -p target/s66 &&

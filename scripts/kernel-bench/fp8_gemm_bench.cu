@@ -22,6 +22,8 @@
 //               then narrow one); two probes with the widening left out; and the same pipeline
 //               over the dequantised bf16 weights (how far the pipeline is from cuBLAS apart
 //               from the widening).
+//   tma e4m3→f16  the same pipeline with e4m3 widened to f16 (one instruction a pair, not
+//               four) against X in f16, and what a pass making that X from bf16 would cost.
 // For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
 // prefill today) against the TMA GEMM with the product as its epilogue (g4's kernel).
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
@@ -301,8 +303,28 @@ const TmaVariant<g4_tma::E4m3WeightsF16> E4M3_F16_VARIANTS[] = {
     G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 256, 5, 1, "tma e4m3→f16 128×256, 5 stages"),
     G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 112, 6, 1, "tma e4m3→f16 128×112"),
     G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 96, 6, 1, "tma e4m3→f16 128×96"),
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 64, 6, 1, "tma e4m3→f16 128×64"),
     G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 256, 5, 2, "tma e4m3→f16 128×256, K in 2"),
+    G4_TMA_VARIANT(g4_tma::E4m3WeightsF16, 256, 5, 3, "tma e4m3→f16 128×256, K in 3"),
 };
+// What an f16 X would cost if made by a pass of its own (rather than by the norm before the GEMM):
+// per row, the power of two that brings its largest |x| to at most 2^15, and x times it in f16
+// (exact for bf16 x down to 2^-24 of that largest).
+__global__ void bf16_rows_to_f16(const bf* x, __half* out, float* scale, int k) {
+    const bf* row = x + (size_t)blockIdx.x * k;
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(row[i])));
+    __shared__ float partial[32];
+    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
+    __syncthreads();
+    amax = 0.0f;
+    for (int w = 0; w < (int)blockDim.x / 32; ++w) amax = fmaxf(amax, partial[w]);
+    const float s = amax > 0.0f ? exp2f(floorf(log2f(32768.0f / amax))) : 1.0f;
+    if (threadIdx.x == 0) scale[blockIdx.x] = 1.0f / s;
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        out[(size_t)blockIdx.x * k + i] = __float2half_rn(__bfloat162float(row[i]) * s);
+}
 // gemm_wide_then_narrow for weights whose entry point g4 does not have.
 template <typename W, bool GEGLU>
 __global__ void __launch_bounds__(g4_tma::THREADS, 1)
@@ -521,6 +543,15 @@ int main() {
         };
         for (const auto& variant : E4M3_VARIANTS) tma(variant, w_dev, w_scale_dev);
         for (const auto& variant : E4M3_F16_VARIANTS) tma(variant, w_dev, w_scale_dev);
+        {
+            __half* converted = bench.alloc<__half>(x.size());
+            float* row_scale = bench.alloc<float>(m);
+            printf("%-8s %-34s %10.1f\n", shape.name, "bf16 X → f16 X and row scales", timed([&](int) {
+                       bf16_rows_to_f16<<<m, 256, 0, bench.stream>>>(x_dev, converted, row_scale, k);
+                   }));
+            CHECK(cudaFree(converted));
+            CHECK(cudaFree(row_scale));
+        }
         for (const auto& variant : CONST_A_VARIANTS) tma(variant, w_dev, w_scale_dev);
         for (const auto& variant : RAW_A_VARIANTS) tma(variant, w_dev, w_scale_dev);
         // Wide tiles for the full waves, 128-row ones for the rest (where a last wide wave would

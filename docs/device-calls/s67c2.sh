@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Stop 67, call 2. Payload target/s67c2/bins.tar.xz: g4 from experiment/bf16-geglu-tma (0690bbe:
+# its bf16 runs with `G4_TMA_GEMM=0`, main's cuBLAS path; an FP8 checkpoint's paths are main's
+# with the GEMM on) and fp8_gemm_bench from f16-widen, built and packed by
+#   scripts/build-cuda.sh (on the branch) && eval "$(scripts/nvcc-env.sh)" &&
+#   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o target/s66/fp8_gemm_bench -ldl \
+#     scripts/kernel-bench/fp8_gemm_bench.cu &&
+#   scripts/pack-device-payload.sh target/s67c2/bins.tar.xz g4=target/cuda/release/g4 \
+#     fp8_gemm_bench=target/s66/fp8_gemm_bench
+# 1. fp8_gemm_bench at E4B's shapes: g4's e4m3 tilings beside the same tilings widened to f16,
+#    and the pass that would make an f16 X.
+# 2. #17's E4B pair: random-weight E4B bf16 and its FP8 rewrite, pp512,tg128 twice each.
+set -u
+source scripts/device-call-lib.sh
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
+[ -x /tmp/bins/fp8_gemm_bench ] || unpack_payload target/s67c2/bins.tar.xz
+(python3 scripts/e4b_reference.py build /tmp/g4-e4b > /tmp/build.log 2>&1 && python3 scripts/fp8_checkpoint.py /tmp/g4-e4b /tmp/g4-e4b-fp8 > /tmp/rw.log 2>&1; echo built > /tmp/built) &
+timeout 150 /tmp/bins/fp8_gemm_bench qkv o gate_up down > /tmp/fp8_gemm.txt 2>&1; echo "fp8_gemm_bench exit $?"
+grep -E "^(qkv|o|gate_up|down) +(bf16 \(w|bf16 \+ gelu|tma e4m3 128×(112 |96 |64 |256, K in 3)|tma e4m3 wide|tma e4m3→f16|bf16 X)" /tmp/fp8_gemm.txt | cut -c1-62
+wait
+echo "built at $SECONDS s"
+ab_bench e4b-fp8 pp512,tg128 g4 400 fp8-1; G4_TMA_GEMM=0 ab_bench e4b pp512,tg128 g4 420 bf16-1
+ab_bench e4b-fp8 pp512,tg128 g4 440 fp8-2; G4_TMA_GEMM=0 ab_bench e4b pp512,tg128 g4 460 bf16-2
+for f in e4b-g4-bf16-1 e4b-fp8-g4-fp8-1; do
+  python3 -c "import json,sys; m=json.load(open(sys.argv[2]))['memory_mib']; print(sys.argv[1], 'MiB after load', m['after_load'])" $f $OUT/$f.json 2>/dev/null
+done
+echo "elapsed $SECONDS s"
