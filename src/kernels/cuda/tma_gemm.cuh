@@ -332,11 +332,14 @@ constexpr int shared_bytes() {
 // [m, d] = gelu_tanh(X·gateᵀ) ⊙ X·upᵀ, rounded as the GEMM and then gelu_and_mul round (each
 // projection to bf16, the GeLU to bf16, the product): a block's first consumer warpgroup takes 64
 // outputs' gate rows, its second their up rows.
+// x_scale (f16 X only, else null): X's rows were multiplied by powers of two to fit f16's range,
+// and x_scale[i] undoes row i's on its sums (exactly, being a power of two too).
 template <typename W, int BN, int STAGES, bool GEGLU = false>
 __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUtensorMap* w_map,
                                            const float* __restrict__ scale, g4_bf16* __restrict__ y,
                                            float* __restrict__ partial, int m, int n, int k, int slices, int block,
-                                           int first_output, int region_outputs) {
+                                           int first_output, int region_outputs,
+                                           const float* __restrict__ x_scale = nullptr) {
     static_assert(BN == 128 || BN == 256 || (W::IN_REGISTERS && (BN == 64 || BN == 96 || BN == 112)),
                   "wgmma's N: 128 or 256 rows of X, or 64, 96 or 112 with A from registers");
     static_assert(2 * BN * 128 <= STAGES * Stage<W, BN>::BYTES, "the epilogue's tiles fit in the stages");
@@ -447,6 +450,16 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
     if constexpr (W::IN_REGISTERS)
 #pragma unroll
         for (int r = 0; r < BN / 2; ++r) d[r] *= r % 4 >= 2 ? scale_high : scale_low;
+    if (x_scale != nullptr)
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j) {
+            const int x_row = m0 + 8 * j + 2 * t;
+            const float even = x_row < m ? x_scale[x_row] : 0.0f, odd = x_row + 1 < m ? x_scale[x_row + 1] : 0.0f;
+            d[4 * j] *= even;
+            d[4 * j + 2] *= even;
+            d[4 * j + 1] *= odd;
+            d[4 * j + 3] *= odd;
+        }
 
     // d[4j + e] is weight row first_row + g (+ 8 for e ≥ 2) and X row 8j + 2t (+ 1 for odd e).
     const int row_low = group_row + warp * 16 + g, row_high = row_low + 8;
@@ -541,17 +554,18 @@ constexpr int NARROW_STAGES = 6, WIDE_STAGES = 5;
 template <typename W, bool GEGLU = false>
 __device__ __forceinline__ void gemm_wide_then_narrow(const CUtensorMap* wide_x_map, const CUtensorMap* x_map,
                                                       const CUtensorMap* w_map, const float* scale, g4_bf16* y,
-                                                      int m, int n, int k, int wide_outputs) {
+                                                      int m, int n, int k, int wide_outputs,
+                                                      const float* x_scale = nullptr) {
     constexpr int OUTPUTS = GEGLU ? BM / 2 : BM;
     const int outputs = GEGLU ? n / 2 : n;
     const int wide_blocks = (m + 255) / 256 * (wide_outputs / OUTPUTS);
     const int block = blockIdx.x;
     if (block < wide_blocks)
         gemm_block<W, 256, WIDE_STAGES, GEGLU>(wide_x_map, w_map, scale, y, nullptr, m, n, k, 1, block, 0,
-                                               wide_outputs);
+                                               wide_outputs, x_scale);
     else
         gemm_block<W, 128, NARROW_STAGES, GEGLU>(x_map, w_map, scale, y, nullptr, m, n, k, 1, block - wide_blocks,
-                                                 wide_outputs, outputs - wide_outputs);
+                                                 wide_outputs, outputs - wide_outputs, x_scale);
 }
 
 // Y = the K slices' partial sums added in order, rounded to bf16; 4 values a thread, grid-stride.
