@@ -149,11 +149,8 @@ struct Gemm {
     }
 };
 
-// Per row of X: scale = the power of two that brings the row's largest |x| to at most 448, hi =
-// e4m3(x / scale), lo = e4m3(16·(x / scale − hi)). For bf16 x, hi keeps 4 significant bits and
-// lo the next 4, so hi + lo/16 is x / scale exactly unless x / scale falls below e4m3's normals.
-__global__ void split_rows(const bf* x, __nv_fp8_e4m3* hi, __nv_fp8_e4m3* lo, float* scale, int k) {
-    const bf* row = x + (size_t)blockIdx.x * k;
+// The largest |x| of a bf16 row of k, as every thread of the block sees it.
+__device__ float block_abs_max(const bf* row, int k) {
     float amax = 0.0f;
     for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(row[i])));
     __shared__ float partial[32];
@@ -162,6 +159,15 @@ __global__ void split_rows(const bf* x, __nv_fp8_e4m3* hi, __nv_fp8_e4m3* lo, fl
     __syncthreads();
     amax = 0.0f;
     for (int w = 0; w < (int)blockDim.x / 32; ++w) amax = fmaxf(amax, partial[w]);
+    return amax;
+}
+
+// Per row of X: scale = the power of two that brings the row's largest |x| to at most 448, hi =
+// e4m3(x / scale), lo = e4m3(16·(x / scale − hi)). For bf16 x, hi keeps 4 significant bits and
+// lo the next 4, so hi + lo/16 is x / scale exactly unless x / scale falls below e4m3's normals.
+__global__ void split_rows(const bf* x, __nv_fp8_e4m3* hi, __nv_fp8_e4m3* lo, float* scale, int k) {
+    const bf* row = x + (size_t)blockIdx.x * k;
+    const float amax = block_abs_max(row, k);
     const float s = amax > 0.0f ? exp2f(ceilf(log2f(amax / 448.0f))) : 1.0f;
     if (threadIdx.x == 0) scale[blockIdx.x] = s;
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
@@ -309,17 +315,10 @@ const TmaVariant<g4_tma::E4m3WeightsF16> E4M3_F16_VARIANTS[] = {
 };
 // What an f16 X would cost if made by a pass of its own (rather than by the norm before the GEMM):
 // per row, the power of two that brings its largest |x| to at most 2^15, and x times it in f16
-// (exact for bf16 x down to 2^-24 of that largest).
+// (exact for every x down to f16's smallest normal, 2^-29 of that largest or less).
 __global__ void bf16_rows_to_f16(const bf* x, __half* out, float* scale, int k) {
     const bf* row = x + (size_t)blockIdx.x * k;
-    float amax = 0.0f;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(__bfloat162float(row[i])));
-    __shared__ float partial[32];
-    for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = amax;
-    __syncthreads();
-    amax = 0.0f;
-    for (int w = 0; w < (int)blockDim.x / 32; ++w) amax = fmaxf(amax, partial[w]);
+    const float amax = block_abs_max(row, k);
     const float s = amax > 0.0f ? exp2f(floorf(log2f(32768.0f / amax))) : 1.0f;
     if (threadIdx.x == 0) scale[blockIdx.x] = 1.0f / s;
     for (int i = threadIdx.x; i < k; i += blockDim.x)
