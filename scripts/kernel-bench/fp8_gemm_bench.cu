@@ -24,8 +24,8 @@
 //               from the widening).
 //   tma e4m3→f16  the same pipeline with e4m3 widened to f16 (one instruction a pair, not
 //               four) against X in f16, and what a pass making that X from bf16 would cost.
-// For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (bf16 and FP8
-// prefill today) against the TMA GEMM with the product as its epilogue (g4's kernel).
+// For the MLP's gate/up, also its GeGLU product: the GEMM then g4's gelu_and_mul (a bf16
+// checkpoint's prefill) against the TMA GEMM with the product as its epilogue (FP8 prefill's).
 // cuBLASLt is loaded at run time (the compiler wheels have no cuBLAS headers); the enum values
 // are cublasLt.h's (CUDA 13); the data types come from the runtime's library_types.h.
 #include <dlfcn.h>
