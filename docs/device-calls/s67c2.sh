@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Stop 67, call 2. Payload target/s67c2/bins.tar.xz: g4 from experiment/bf16-geglu-tma (0690bbe:
-# its bf16 runs with `G4_TMA_GEMM=0`, main's cuBLAS path; an FP8 checkpoint's paths are main's
-# with the GEMM on) and fp8_gemm_bench from f16-widen, built and packed by
-#   scripts/build-cuda.sh (on the branch) && eval "$(scripts/nvcc-env.sh)" &&
+# Stop 67, call 2 (prepared; the session's device time ran out before it ran). Payload
+# target/s67c2/bins.tar.xz: g4 and fp8_gemm_bench built from main, by
+#   scripts/build-cuda.sh && eval "$(scripts/nvcc-env.sh)" &&
 #   nvcc -O3 -std=c++17 -arch=sm_90a -L"$CUDA_HOME/lib" -o target/s66/fp8_gemm_bench -ldl \
 #     scripts/kernel-bench/fp8_gemm_bench.cu &&
 #   scripts/pack-device-payload.sh target/s67c2/bins.tar.xz g4=target/cuda/release/g4 \
@@ -22,8 +21,8 @@ grep -E "^(qkv|o|gate_up|down) +(bf16 \(w|bf16 \+ gelu|tma e4m3 128×(112 |96 |6
 [ "$on_h200" = 0 ] && { echo "not an H200: no #17 pair; elapsed $SECONDS s"; exit 0; }
 wait
 echo "built at $SECONDS s"
-ab_bench e4b-fp8 pp512,tg128 g4 400 fp8-1; G4_TMA_GEMM=0 ab_bench e4b pp512,tg128 g4 420 bf16-1
-ab_bench e4b-fp8 pp512,tg128 g4 440 fp8-2; G4_TMA_GEMM=0 ab_bench e4b pp512,tg128 g4 460 bf16-2
+ab_bench e4b-fp8 pp512,tg128 g4 400 fp8-1; ab_bench e4b pp512,tg128 g4 420 bf16-1
+ab_bench e4b-fp8 pp512,tg128 g4 440 fp8-2; ab_bench e4b pp512,tg128 g4 460 bf16-2
 for f in e4b-g4-bf16-1 e4b-fp8-g4-fp8-1; do
   python3 -c "import json,sys; m=json.load(open(sys.argv[2]))['memory_mib']; print(sys.argv[1], 'MiB after load', m['after_load'])" $f $OUT/$f.json 2>/dev/null
 done
