@@ -315,7 +315,7 @@ const TmaVariant<g4_tma::E4m3WeightsF16> E4M3_F16_VARIANTS[] = {
 };
 // What an f16 X would cost if made by a pass of its own (rather than by the norm before the GEMM):
 // per row, the power of two that brings its largest |x| to at most 2^15, and x times it in f16
-// (exact for every x down to f16's smallest normal, 2^-29 of that largest or less).
+// (exact for every x at least 2^-28 of that largest, which lands in f16's normals).
 __global__ void bf16_rows_to_f16(const bf* x, __half* out, float* scale, int k) {
     const bf* row = x + (size_t)blockIdx.x * k;
     const float amax = block_abs_max(row, k);
