@@ -9,8 +9,8 @@
 # fp8_gemm_bench: prefill GEMMs over e4m3 weights, g4's dequantise-then-cuBLAS beside cuBLASLt's
 # FP8 tensor cores (loaded at run time), the dequantised weight in L2-sized slices and a
 # warp-specialised TMA + wgmma GEMM that widens e4m3 to bf16 in registers (g4's,
-# src/kernels/cuda/tma_gemm.cuh; also over bf16 weights, and with the GeGLU epilogue), checked
-# against f64;
+# src/kernels/cuda/tma_gemm.cuh; also over bf16 weights, with the GeGLU epilogue, and widening
+# to f16 against an f16 X), checked against f64;
 # fp8_gemv_bench: the FP8 decode GEMV (plain and with the GeGLU epilogue) beside stop 39's
 # tensor-core candidate, fp8_gemv_candidates.cuh, and stop 49's streaming one, and prefill's
 # dequantisation beside a plain read; glue_bench: 31B's prefill
