@@ -5,6 +5,7 @@
 #                            `g4 bench` of /tmp/g4-MODEL (bf16, graph decode, -r 3) with
 #                            /tmp/bins/BINARY, only while $SECONDS < DEADLINE; the JSON to
 #                            $OUT/MODEL-BINARY-ROUND.json and one line of tok/s to stdout
+#   load_memory RUN…         each ab_bench run's ($OUT/RUN.json) GPU memory after load, a line each
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 
 unpack_payload() {
@@ -25,4 +26,12 @@ results = json.load(open(sys.argv[1]))["results"]
 print(sys.argv[2], ", ".join("%s %.2f ± %.2f" % (m["test"], m["tokens_per_s_mean"], m["tokens_per_s_stddev"])
                              for m in (r["measurement"] for r in results)))
 PY
+}
+
+load_memory() {
+  local run
+  for run in "$@"; do
+    python3 -c "import json, sys; print(sys.argv[1], 'MiB after load', json.load(open(sys.argv[2]))['memory_mib']['after_load'])" \
+      "$run" "$OUT/$run.json" 2>/dev/null || echo "$run: no bench JSON"
+  done
 }

@@ -23,7 +23,5 @@ wait
 echo "built at $SECONDS s"
 ab_bench e4b-fp8 pp512,tg128 g4 400 fp8-1; ab_bench e4b pp512,tg128 g4 420 bf16-1
 ab_bench e4b-fp8 pp512,tg128 g4 440 fp8-2; ab_bench e4b pp512,tg128 g4 460 bf16-2
-for f in e4b-g4-bf16-1 e4b-fp8-g4-fp8-1; do
-  python3 -c "import json,sys; m=json.load(open(sys.argv[2]))['memory_mib']; print(sys.argv[1], 'MiB after load', m['after_load'])" $f $OUT/$f.json 2>/dev/null
-done
+load_memory e4b-g4-bf16-1 e4b-fp8-g4-fp8-1
 echo "elapsed $SECONDS s"
