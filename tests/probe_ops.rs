@@ -235,11 +235,16 @@ fn probe_json_contract_and_honest_reasons() {
             (true, true) => "no-device",
         };
         assert_eq!(hip["reason_kind"], expected, "{}", op.name());
-        // The vendor-BLAS arms (cuBLAS, cuBLASLt's FP8 GEMM) have no HIP counterpart.
-        let vendor_blas = ["matmul_bt_alpha_beta", "matmul_bt_fp8_dynamic"];
+        // The vendor-BLAS arms (cuBLAS, cuBLASLt's FP8 GEMM) and the arm that is only the
+        // Hopper GEMM's TMA + wgmma entries have no HIP counterpart.
+        let cuda_only = [
+            "matmul_bt_alpha_beta",
+            "matmul_bt_fp8_dynamic",
+            "matmul_bt_fp8_channel_f16_rows",
+        ];
         assert_eq!(
             has_hip_kernel,
-            has_cuda_kernel && !vendor_blas.contains(&op.name())
+            has_cuda_kernel && !cuda_only.contains(&op.name())
         );
         let hip_reason = hip["reason"].as_str().unwrap();
         match expected {

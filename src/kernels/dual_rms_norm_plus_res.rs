@@ -121,31 +121,48 @@ pub(super) fn launch_rows(
     norms: DualNorms,
     eps: f64,
 ) -> Result<(Tensor, Tensor)> {
+    let out_y = super::native::empty(x.shape(), x.dtype(), x.device())?;
+    let kernel = row_launch.kernel(kernel, x.dtype())?;
+    let out_residual =
+        launch_rows_into(row_launch, &kernel, residual, x, norms, eps, &out_y, None)?;
+    Ok((out_residual, out_y))
+}
+
+/// Launches the dual norm kernel named `kernel` on `row_launch`'s grid, y into `out_y` (and,
+/// given, each row's scale into `row_scale`: `dual_rms_norm_plus_res_f16`'s); returns residual'.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_rows_into(
+    row_launch: &super::native::RowLaunch,
+    kernel: &str,
+    residual: &Tensor,
+    x: &Tensor,
+    norms: DualNorms,
+    eps: f64,
+    out_y: &Tensor,
+    row_scale: Option<&Tensor>,
+) -> Result<Tensor> {
     use super::native::{empty, launch, Arg};
     let cols = x.dim(candle_core::D::Minus1)?;
     let (residual, x) = (residual.contiguous()?, x.contiguous()?);
     let w1 = norms.post_norm.to_dtype(x.dtype())?.contiguous()?;
     let w2 = norms.next_pre_norm.to_dtype(x.dtype())?.contiguous()?;
     let out_residual = empty(x.shape(), x.dtype(), x.device())?;
-    let out_y = empty(x.shape(), x.dtype(), x.device())?;
-    let args = [
+    let mut args = vec![
         Arg::Tensor(&residual),
         Arg::Tensor(&x),
         Arg::Tensor(&w1),
         Arg::Tensor(&w2),
         Arg::Tensor(&out_residual),
-        Arg::Tensor(&out_y),
+        Arg::Tensor(out_y),
+    ];
+    args.extend(row_scale.map(Arg::Tensor));
+    args.extend([
         Arg::I32(cols as i32),
         Arg::F32(norms.residual_scale as f32),
         Arg::F32(eps as f32),
-    ];
-    launch(
-        &row_launch.kernel(kernel, x.dtype())?,
-        x.device(),
-        row_launch.grid,
-        &args,
-    )?;
-    Ok((out_residual, out_y))
+    ]);
+    launch(kernel, x.device(), row_launch.grid, &args)?;
+    Ok(out_residual)
 }
 
 /// Returns `residual'` followed by `y`, each `[rows, cols]`.

@@ -122,7 +122,7 @@ fn native_fwd(x: &Tensor, weights: Weights, up: Up) -> Result<Tensor> {
         if let (Some(scale), Up::Packed, true) = (scale, up, m > GEMV_MAX_ROWS) {
             let (rows, w) = (rows.contiguous()?, w.contiguous()?);
             let epilogue = tma_gemm::Epilogue::GeluAndMul;
-            if let Some(out) = tma_gemm::gemm(&rows, &w, scale, epilogue)? {
+            if let Some(out) = tma_gemm::gemm(tma_gemm::Rows::Bf16(&rows), &w, scale, epilogue)? {
                 *out_shape.last_mut().expect("rows_of appends N") = d;
                 return out.reshape(out_shape);
             }

@@ -89,7 +89,12 @@ fn native_fwd(x: &Tensor, weight: &Tensor, scale: &Tensor) -> Result<Tensor> {
         && vector_aligned(&rows)
         && vector_aligned(&weight);
     if !gemv {
-        if let Some(y) = tma_gemm::gemm(&rows, &weight, scale, tma_gemm::Epilogue::Plain)? {
+        if let Some(y) = tma_gemm::gemm(
+            tma_gemm::Rows::Bf16(&rows),
+            &weight,
+            scale,
+            tma_gemm::Epilogue::Plain,
+        )? {
             return y.reshape(out_shape);
         }
         let dense = dequant_fp8_channel::dequant_fp8_channel(&weight, scale, x.dtype())?;

@@ -24,6 +24,7 @@ pub mod attention;
 pub mod dequant_fp8_channel;
 pub mod dual_rms_norm_plus_res;
 pub mod dual_rms_norm_plus_res_e4m3;
+pub mod dual_rms_norm_plus_res_f16;
 pub mod gelu_and_mul;
 pub mod gelu_mul;
 pub mod linear;
@@ -32,6 +33,7 @@ pub mod linear_panels;
 pub mod linear_panels_fp8;
 pub mod matmul_bt_alpha_beta;
 pub mod matmul_bt_fp8_channel;
+pub mod matmul_bt_fp8_channel_f16_rows;
 pub mod matmul_bt_fp8_dynamic;
 pub mod moe_combine;
 pub mod moe_experts;
@@ -91,9 +93,11 @@ fused_ops! {
     RmsNormPlusAdd => rms_norm_plus_add,
     DualRmsNormPlusRes => dual_rms_norm_plus_res,
     DualRmsNormPlusResE4m3 => dual_rms_norm_plus_res_e4m3,
+    DualRmsNormPlusResF16 => dual_rms_norm_plus_res_f16,
     MatmulBtAlphaBeta => matmul_bt_alpha_beta,
     DequantFp8Channel => dequant_fp8_channel,
     MatmulBtFp8Channel => matmul_bt_fp8_channel,
+    MatmulBtFp8ChannelF16Rows => matmul_bt_fp8_channel_f16_rows,
     MatmulBtFp8Dynamic => matmul_bt_fp8_dynamic,
     RoundRowsE4m3 => round_rows_e4m3,
     MoeRouterTopk => moe_router_topk,

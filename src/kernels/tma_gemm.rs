@@ -7,6 +7,10 @@
 //! be the epilogue, so the [m, 2d] projection never reaches memory. (Over bf16 weights the same
 //! pipeline takes 1.14× cuBLAS's time, H100: bf16 checkpoints keep cuBLAS.)
 //!
+//! X may also come in f16, each row on a power-of-two scale (`F16Rows`, written by the norm
+//! before q/k/v and gate/up): e4m3 widens to f16 in one instruction a pair where bf16 takes
+//! four, and the GEMM undoes each row's scale on its sums.
+//!
 //! Not an op of its own: the ops that call it check its results through their contracts.
 //! `G4_TMA_GEMM=0` turns it off, and those ops take their other paths.
 
@@ -14,7 +18,64 @@ use super::native::{
     elementwise, empty, launch, launch_with_shared, tensor_map, vector_aligned, warp_lanes, Arg,
     Grid, Swizzle,
 };
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor, D};
+
+/// Rows of X in f16 for the GEMM's f16 entries: `x = rows × row_scale`, each row multiplied by
+/// the power of two that brings its largest |x| into [2^14, 2^15) (never by more than 2^126),
+/// and `row_scale [.., 1]` f32 the inverse. A bf16 X is exact so (f16 holds bf16's 8 bits of
+/// mantissa from 2^-14 of f16's range up, 2^-28 of the row's largest) but for what lies below
+/// that, far under the sums' own rounding.
+pub struct F16Rows {
+    pub rows: Tensor,
+    pub row_scale: Tensor,
+}
+
+/// The exponents the f16 rows' scales bring a row's largest |x| to, and the least they allow.
+const F16_ROW_MAX_EXPONENT: i32 = 14;
+const F16_ROW_MIN_EXPONENT: i32 = F16_ROW_MAX_EXPONENT - 126;
+
+/// `row_scale` of a row whose largest |x| is `max` (1 for a row of zeros, infinities or NaNs):
+/// 2^(e − 14) for e the exponent of `max`, read from its bits so that it is exact.
+pub fn f16_row_scale(max: f32) -> f32 {
+    if !(max.is_finite() && max > 0.0) {
+        return 1.0;
+    }
+    let exponent = ((max.to_bits() >> 23) & 0xff) as i32 - 127;
+    let scale_exponent = exponent.max(F16_ROW_MIN_EXPONENT) - F16_ROW_MAX_EXPONENT;
+    f32::from_bits(((scale_exponent + 127) as u32) << 23)
+}
+
+impl F16Rows {
+    /// The composed form of a norm's rows: `x` rounded to f16 on each row's scale.
+    pub fn composed(x: &Tensor) -> Result<F16Rows> {
+        let x = x.to_dtype(DType::F32)?;
+        let max = x.abs()?.max_keepdim(D::Minus1)?;
+        let scales: Vec<f32> = max
+            .flatten_all()?
+            .to_vec1::<f32>()?
+            .into_iter()
+            .map(f16_row_scale)
+            .collect();
+        let row_scale = Tensor::from_vec(scales, max.shape(), x.device())?;
+        let rows = x.broadcast_div(&row_scale)?.to_dtype(DType::F16)?;
+        Ok(F16Rows { rows, row_scale })
+    }
+
+    /// `rows × row_scale` in `dtype`: the rows as the paths without f16 entries take them.
+    pub fn unscaled(&self, dtype: DType) -> Result<Tensor> {
+        self.rows
+            .to_dtype(DType::F32)?
+            .broadcast_mul(&self.row_scale)?
+            .to_dtype(dtype)
+    }
+}
+
+/// X as the GEMM takes it.
+#[derive(Clone, Copy)]
+pub enum Rows<'a> {
+    Bf16(&'a Tensor),
+    F16(&'a F16Rows),
+}
 
 /// Blocks of 128 weight rows by 128 X rows (or 256, "wide"; or 64–112 where 128-row tiles fill
 /// less than one wave), K in steps of 64 (one 128-byte row of a bf16 tile), a producer
@@ -189,8 +250,8 @@ impl Epilogue {
 }
 
 /// How a GEMM launches: its tiling, how 128-row tiles share the work out (`Slices(1)` for the
-/// wide tilings), the entry point, the X rows of its (first) tiles, stages and blocks (of one
-/// slice of K).
+/// wide tilings), the entry point (less the suffix that names X's dtype), the X rows of its
+/// (first) tiles, stages and blocks (of one slice of K).
 #[derive(Debug, PartialEq, Eq)]
 struct Plan {
     tiling: Tiling,
@@ -225,25 +286,25 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
         (Tiling::Narrow, NarrowSplit::Slices(_)) => (
             X_ROWS,
             STAGES,
-            format!("g4_{entry}_bf16"),
+            format!("g4_{entry}"),
             tiles_of(X_ROWS, outputs),
         ),
         (Tiling::Narrow, NarrowSplit::Rows(rows)) => (
             rows,
             STAGES,
-            format!("g4_{entry}_rows{rows}_bf16"),
+            format!("g4_{entry}_rows{rows}"),
             tiles_of(rows, outputs),
         ),
         (Tiling::Wide, _) | (Tiling::Narrow, NarrowSplit::WideSlices(_)) => (
             WIDE_X_ROWS,
             WIDE_STAGES,
-            format!("g4_{entry}_wide_bf16"),
+            format!("g4_{entry}_wide"),
             tiles_of(WIDE_X_ROWS, outputs),
         ),
         (Tiling::WideThenNarrow { wide_outputs }, _) => (
             WIDE_X_ROWS,
             WIDE_STAGES,
-            format!("g4_{entry}_wide_then_narrow_bf16"),
+            format!("g4_{entry}_wide_then_narrow"),
             tiles_of(WIDE_X_ROWS, wide_outputs) + tiles_of(X_ROWS, outputs - wide_outputs),
         ),
     };
@@ -257,35 +318,63 @@ fn plan(m: usize, n: usize, k: usize, epilogue: Epilogue, multiprocessors: usize
     })
 }
 
-/// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the GEMM, where it runs: bf16 rows,
-/// K a multiple of 16 and the outputs of 8, contiguous 16-byte aligned operands, compute
-/// capability 9.0 (its machine code is sm_90a's); with the GeGLU epilogue, where K needs no
-/// slices. `None` elsewhere.
+/// The launch of `[m, k] · weightᵀ` where the GEMM runs it: e4m3 weights `[n, k]`, K a
+/// multiple of 16 and the outputs of 8, compute capability 9.0 (its machine code is sm_90a's);
+/// with the GeGLU epilogue, where K needs no slices.
+fn launch_plan(
+    m: usize,
+    k: usize,
+    weight: &Tensor,
+    epilogue: Epilogue,
+    device: &Device,
+) -> Option<Plan> {
+    let (n, weight_k) = weight.dims2().ok()?;
+    let runs = enabled()
+        && weight.dtype() == DType::F8E4M3
+        && weight_k == k
+        && k.is_multiple_of(16)
+        && epilogue.outputs(n).0.is_multiple_of(8)
+        && (epilogue == Epilogue::Plain || n.is_multiple_of(2))
+        && crate::device::compute_capability(device) == Some((9, 0));
+    let multiprocessors = crate::device::multiprocessor_count(device).filter(|_| runs)?;
+    plan(m, n, k, epilogue, multiprocessors)
+}
+
+/// Whether `gemm` runs `m` rows of f16 X of width `weight`'s against it (the norm before the
+/// projection writes `F16Rows` only then).
+pub fn takes_f16_rows(m: usize, weight: &Tensor, epilogue: Epilogue) -> bool {
+    let k = weight.dim(1).unwrap_or(0);
+    weight.is_contiguous()
+        && vector_aligned(weight)
+        && launch_plan(m, k, weight, epilogue, weight.device()).is_some()
+}
+
+/// `rows [m, k]` · (e4m3 `weight [n, k]` × `scale`)ᵀ through the GEMM, where it runs
+/// (`launch_plan`) on contiguous 16-byte aligned operands, X bf16 or `F16Rows`. `None`
+/// elsewhere.
 pub fn gemm(
-    rows: &Tensor,
+    rows: Rows,
     weight: &Tensor,
     scale: &Tensor,
     epilogue: Epilogue,
 ) -> Result<Option<Tensor>> {
-    let (m, k) = rows.dims2()?;
-    let (n, weight_k) = weight.dims2()?;
-    let device = rows.device();
-    let (outputs, outputs_per_block) = epilogue.outputs(n);
-    let runs = enabled()
-        && rows.dtype() == DType::BF16
-        && weight.dtype() == DType::F8E4M3
-        && weight_k == k
-        && k.is_multiple_of(16)
-        && outputs.is_multiple_of(8)
-        && (epilogue == Epilogue::Plain || n.is_multiple_of(2))
-        && rows.is_contiguous()
-        && weight.is_contiguous()
-        && vector_aligned(rows)
-        && vector_aligned(weight)
-        && crate::device::compute_capability(device) == Some((9, 0));
-    let Some(multiprocessors) = crate::device::multiprocessor_count(device).filter(|_| runs) else {
-        return Ok(None);
+    let (x, x_scale) = match rows {
+        Rows::Bf16(rows) => (rows, None),
+        Rows::F16(rows) => (&rows.rows, Some(rows.row_scale.contiguous()?)),
     };
+    let (m, k) = x.dims2()?;
+    let n = weight.dim(0)?;
+    let device = x.device();
+    let (outputs, outputs_per_block) = epilogue.outputs(n);
+    let x_dtype_runs = match rows {
+        Rows::Bf16(_) => x.dtype() == DType::BF16,
+        Rows::F16(_) => x.dtype() == DType::F16,
+    };
+    let operands_run = x_dtype_runs
+        && x.is_contiguous()
+        && weight.is_contiguous()
+        && vector_aligned(x)
+        && vector_aligned(weight);
     let Some(Plan {
         tiling,
         split,
@@ -293,19 +382,23 @@ pub fn gemm(
         x_rows,
         stages,
         blocks,
-    }) = plan(m, n, k, epilogue, multiprocessors)
+    }) = launch_plan(m, k, weight, epilogue, device).filter(|_| operands_run)
     else {
         return Ok(None);
+    };
+    let kernel = match rows {
+        Rows::Bf16(_) => format!("{kernel}_bf16"),
+        Rows::F16(_) => format!("{kernel}_f16"),
     };
     let slices = match split {
         NarrowSplit::Slices(slices) | NarrowSplit::WideSlices(slices) => slices,
         NarrowSplit::Rows(_) => 1,
     };
     let shared_bytes = stages * (x_rows * K_STEP * 2 + WEIGHT_ROWS * K_STEP + 16) + 1024;
-    let x_map = tensor_map(rows, K_STEP, x_rows, Swizzle::Bytes128)?;
+    let x_map = tensor_map(x, K_STEP, x_rows, Swizzle::Bytes128)?;
     // The narrow tiles' X map beside the wide one's, for the tiles after the wide ones.
     let narrow_x_map = match tiling {
-        Tiling::WideThenNarrow { .. } => Some(tensor_map(rows, K_STEP, X_ROWS, Swizzle::Bytes128)?),
+        Tiling::WideThenNarrow { .. } => Some(tensor_map(x, K_STEP, X_ROWS, Swizzle::Bytes128)?),
         Tiling::Narrow | Tiling::Wide => None,
     };
     // The packed weight's gate and up rows arrive as two boxes of 64.
@@ -334,6 +427,10 @@ pub fn gemm(
         args.push(Arg::I32(slices as i32));
     } else if let Tiling::WideThenNarrow { wide_outputs } = tiling {
         args.push(Arg::I32(wide_outputs as i32));
+    }
+    // The f16 entries take X's row scales last.
+    if let Some(x_scale) = &x_scale {
+        args.push(Arg::Tensor(x_scale));
     }
     let grid = Grid::of_warps(blocks * slices, WARPS, warp_lanes(device));
     launch_with_shared(&kernel, device, grid, shared_bytes as u32, &args)?;
@@ -456,7 +553,7 @@ mod tests {
             let plan = plan(512, n, k, epilogue, 132).expect("the GEMM runs");
             assert_eq!(
                 (plan.kernel, plan.x_rows, plan.blocks, plan.split),
-                (format!("g4_{entry}_bf16"), x_rows, blocks, split),
+                (format!("g4_{entry}"), x_rows, blocks, split),
                 "[512, {k}] · [{n}, {k}]ᵀ"
             );
         }

@@ -13,6 +13,7 @@ use crate::kernels::{
     attention::{attention, Visible},
     dual_rms_norm_plus_res::{dual_rms_norm_plus_res, DualNorms},
     dual_rms_norm_plus_res_e4m3::dual_rms_norm_plus_res_e4m3,
+    dual_rms_norm_plus_res_f16::{self, dual_rms_norm_plus_res_f16},
     linear::linear,
     linear_gelu_mul::Up,
     moe_experts::moe_experts,
@@ -26,6 +27,7 @@ use crate::kernels::{
     rms_norm::rms_norm,
     rms_norm_plus_add::rms_norm_plus_add,
     softcap::softcap,
+    tma_gemm::{Epilogue, F16Rows},
     Op,
 };
 use anyhow::{bail, Context, Result};
@@ -615,7 +617,7 @@ impl Gemma4 {
             let input = h
                 .take()
                 .context("internal: a layer without its normed input")?;
-            let in_cache = positions.prepare_kv(i, &layer.spec, &input.rows)?;
+            let in_cache = positions.prepare_kv(i, &layer.spec, &x)?;
             let (cos, sin) = positions.rope(kind);
             let kv_slot = positions.kv_slot(i, &layer.spec, in_cache)?;
             let (q, own_kv) = layer.attention_inputs(&input, cos, sin, eps, kv_slot)?;
@@ -990,7 +992,7 @@ impl DecoderLayer {
         eps: f64,
         kv_slot: Option<KvSlot>,
     ) -> Result<AttentionInputs> {
-        let qkv = h.projection.forward(&h.rows)?;
+        let qkv = h.project(Epilogue::Plain)?;
         Ok(qkv_norm_rope(
             &qkv,
             self.qkv_layout,
@@ -1033,7 +1035,8 @@ impl DecoderLayer {
                 (inputs.residual, mlp_out, Some((moe, experts)))
             }
             None => {
-                let (residual, normed) = dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up)?;
+                let (residual, normed) =
+                    dual_norm_into(x, attn, norms, eps, &self.mlp.gate_up, Epilogue::GeluAndMul)?;
                 (residual, self.mlp.forward(&normed)?, None)
             }
         };
@@ -1075,7 +1078,8 @@ impl DecoderLayer {
                     residual_scale: self.layer_scalar,
                     next_pre_norm: &next.input_norm,
                 };
-                let (x, h) = dual_norm_into(&x, &branch, norms, eps, &next.qkv_proj)?;
+                let (x, h) =
+                    dual_norm_into(&x, &branch, norms, eps, &next.qkv_proj, Epilogue::Plain)?;
                 Ok((x, Some(h)))
             }
             (last_add, next_layer) => {
@@ -1100,39 +1104,68 @@ impl DecoderLayer {
 /// where the norm has already rounded the rows to e4m3 (an FP8_DYNAMIC projection's decode rows)
 /// — the projection behind that rounding.
 struct NormedInput<'p> {
-    rows: Tensor,
+    rows: NormedRows,
     projection: &'p Projection,
+}
+
+/// Normed rows as the norm stored them: in the compute dtype, or — for an FP8 projection's
+/// prefill rows on Hopper (`Projection::takes_f16_rows`) — in f16 on a power-of-two scale a row,
+/// with the compute dtype of the projection's result.
+enum NormedRows {
+    Plain(Tensor),
+    F16(F16Rows, DType),
 }
 
 impl<'p> NormedInput<'p> {
     /// `rows`, the input norm's output, for `layer`'s q/k/v projection as it is.
     fn of((layer, rows): (&'p DecoderLayer, Tensor)) -> NormedInput<'p> {
         NormedInput {
-            rows,
+            rows: NormedRows::Plain(rows),
             projection: &layer.qkv_proj,
         }
     }
+
+    /// The projection of the rows: plain, or the GeGLU product of a packed gate/up.
+    fn project(&self, epilogue: Epilogue) -> Result<Tensor> {
+        Ok(match (&self.rows, epilogue) {
+            (NormedRows::Plain(rows), Epilogue::Plain) => self.projection.forward(rows)?,
+            (NormedRows::Plain(rows), Epilogue::GeluAndMul) => {
+                self.projection.forward_gelu_mul(rows, Up::Packed)?
+            }
+            (NormedRows::F16(rows, dtype), _) => {
+                self.projection.forward_f16_rows(rows, epilogue, *dtype)?
+            }
+        })
+    }
 }
 
-/// `dual_rms_norm_plus_res` whose `y` is `projection`'s input. Where that projection rounds its
-/// rows to e4m3 first and may take them rounded, the norm rounds them as it stores them
-/// (`dual_rms_norm_plus_res_e4m3`: in a decode step one launch where there were two).
+/// `dual_rms_norm_plus_res` whose `y` is `projection`'s input (run with `epilogue`). Where that
+/// projection rounds its rows to e4m3 first and may take them rounded, the norm rounds them as
+/// it stores them (`dual_rms_norm_plus_res_e4m3`: in a decode step one launch where there were
+/// two); where its GEMM takes f16 rows, the norm stores them so (`dual_rms_norm_plus_res_f16`).
 fn dual_norm_into<'p>(
     residual: &Tensor,
     x: &Tensor,
     norms: DualNorms,
     eps: f64,
     projection: &'p Projection,
+    epilogue: Epilogue,
 ) -> Result<(Tensor, NormedInput<'p>)> {
     let rows = x.elem_count() / x.dim(candle_core::D::Minus1)?.max(1);
+    let f16_rows = projection.takes_f16_rows(rows, x.dtype(), epilogue)
+        && dual_rms_norm_plus_res_f16::runs_natively(x);
     let (residual, rows, projection) = match projection.after_rounding(rows) {
         Some(inner) => {
             let (residual, y) = dual_rms_norm_plus_res_e4m3(residual, x, norms, eps)?;
-            (residual, y, inner)
+            (residual, NormedRows::Plain(y), inner)
+        }
+        None if f16_rows => {
+            let (residual, y) = dual_rms_norm_plus_res_f16(residual, x, norms, eps)?;
+            (residual, NormedRows::F16(y, x.dtype()), projection)
         }
         None => {
             let (residual, y) = dual_rms_norm_plus_res(residual, x, norms, eps)?;
-            (residual, y, projection)
+            (residual, NormedRows::Plain(y), projection)
         }
     };
     Ok((residual, NormedInput { rows, projection }))
@@ -1249,9 +1282,7 @@ impl ExpertLayer<'_> {
 impl Mlp {
     /// The dense MLP on its normed input.
     fn forward(&self, normed: &NormedInput) -> Result<Tensor> {
-        let activated = normed
-            .projection
-            .forward_gelu_mul(&normed.rows, Up::Packed)?;
+        let activated = normed.project(Epilogue::GeluAndMul)?;
         Ok(self.down.forward(&activated)?)
     }
 }
@@ -1270,7 +1301,7 @@ impl Moe {
         let routed_x = flat(&inputs.experts)?;
         // An FP8_DYNAMIC shared MLP rounds its input rows to e4m3 itself.
         let normed = NormedInput {
-            rows: inputs.shared.clone(),
+            rows: NormedRows::Plain(inputs.shared.clone()),
             projection: &mlp.gate_up,
         };
         let (mlp_out, acc) = match (normed.projection, &mlp.down, &self.experts) {
@@ -1279,7 +1310,7 @@ impl Moe {
                 Projection::Dense(shared_down),
                 Experts::Dense { gate_up, down },
             ) => {
-                let shared_x = flat(&normed.rows)?;
+                let shared_x = flat(&inputs.shared)?;
                 let shared = SharedMlp {
                     x: &shared_x,
                     gate_up: shared_gate_up,
@@ -1293,7 +1324,7 @@ impl Moe {
                     down,
                 };
                 let (mlp_out, acc) = moe_mlps(shared, routed)?;
-                (mlp_out.reshape(normed.rows.dims())?, acc)
+                (mlp_out.reshape(inputs.shared.dims())?, acc)
             }
             _ => (
                 mlp.forward(&normed)?,

@@ -9,10 +9,12 @@ use crate::kernels::{
     linear_panels::linear_panels,
     linear_panels_fp8::linear_panels_fp8,
     matmul_bt_fp8_channel::{matmul_bt_fp8_channel, GEMV_MAX_ROWS},
+    matmul_bt_fp8_channel_f16_rows::{self as f16_rows, matmul_bt_fp8_channel_f16_rows},
     matmul_bt_fp8_dynamic::matmul_bt_fp8_dynamic,
     round_rows_e4m3::round_rows_e4m3,
+    tma_gemm::{Epilogue, F16Rows},
 };
-use candle_core::{Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 
 /// The rows of `x [.., K]`.
 fn rows(x: &Tensor) -> Result<usize> {
@@ -91,6 +93,35 @@ impl Projection {
                 Some(inner)
             }
             _ => None,
+        }
+    }
+
+    /// Whether `rows` rows of input in `dtype` go through the Hopper GEMM's f16 entries with
+    /// `epilogue` (an FP8 projection's prefill rows in bf16 on compute capability 9.0): then
+    /// the norm before it writes them as `F16Rows` (`dual_rms_norm_plus_res_f16`).
+    pub fn takes_f16_rows(&self, rows: usize, dtype: DType, epilogue: Epilogue) -> bool {
+        match self {
+            Projection::Fp8 { weight, .. } => {
+                rows > GEMV_MAX_ROWS && f16_rows::runs_natively(rows, weight, epilogue, dtype)
+            }
+            _ => false,
+        }
+    }
+
+    /// `forward` (Plain) or `forward_gelu_mul` with the packed up (GeluAndMul) of rows given as
+    /// `F16Rows`, the result in `dtype`.
+    pub fn forward_f16_rows(
+        &self,
+        x: &F16Rows,
+        epilogue: Epilogue,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        match (self, epilogue) {
+            (Projection::Fp8 { weight, scale }, _) => {
+                matmul_bt_fp8_channel_f16_rows(x, weight, scale, epilogue, dtype)
+            }
+            (_, Epilogue::Plain) => self.forward(&x.unscaled(dtype)?),
+            (_, Epilogue::GeluAndMul) => self.forward_gelu_mul(&x.unscaled(dtype)?, Up::Packed),
         }
     }
 

@@ -197,22 +197,52 @@ __device__ __forceinline__ void store_residual_after(const T* residual, const T*
     store_row(out_residual + base, cols, v);
 }
 
+// y's row (a block's) in f16 on the power of two that brings its largest |y|, rounded to T as the
+// norm stores y, into [2^14, 2^15) (never more than 2^126; 1 for a row of zeros, infinities or
+// NaNs), and the inverse in row_scale: tma_gemm.rs's F16Rows, X of the Hopper GEMM's f16
+// entries. Exact for bf16 values down to 2^-28 of the row's largest. T is bf16, whose runs of 8
+// values are f16's too.
+template <typename T, int V>
+__device__ __forceinline__ void store_row_f16_scaled(g4_f16* out, float* row_scale, int cols, float (&v)[V]) {
+    static_assert(sizeof(T) == 2, "f16 rows keep the runs of a 16-bit T");
+    float absmax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+        v[i] = g4_round<T>(v[i]);
+        absmax = fmaxf(absmax, fabsf(v[i]));
+    }
+    const float row_max = g4_block_max(absmax);
+    const int exponent = row_max > 0.0f && isfinite(row_max) ? max(ilogbf(row_max), 14 - 126) - 14 : 0;
+    const float up = ldexpf(1.0f, -exponent);
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] *= up;
+    store_row(out + (size_t)blockIdx.x * cols, cols, v);
+    if (threadIdx.x == 0) row_scale[blockIdx.x] = ldexpf(1.0f, exponent);
+}
+
+// dual_rms_norm_plus_res up to y: stores residual' and leaves y, unrounded, in `y`.
+template <typename T, int V>
+__device__ __forceinline__ void dual_norm_y(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
+                                            int cols, float residual_scale, float eps, float (&y)[V]) {
+    const size_t base = (size_t)blockIdx.x * cols;
+    float v[V], weight1[V];
+    load_row<T>(w1, cols, weight1);
+    load_row<T>(w2, cols, y);
+    store_residual_after<T>(residual, x, weight1, out_residual, base, cols, residual_scale, eps, v);
+    const float inv_r = inv_rms(v, cols, eps);
+#pragma unroll
+    for (int i = 0; i < V; ++i) y[i] = v[i] * inv_r * y[i];
+}
+
 // With ROUND_Y, y is the input of an FP8_DYNAMIC projection: rounded to e4m3 per row here, where
 // the block holds the whole row, instead of by a round_rows_e4m3 launch of its own.
 template <typename T, int V, bool ROUND_Y = false>
 __device__ void dual_rms_norm_plus_res(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
                                        T* out_y, int cols, float residual_scale, float eps) {
-    const size_t base = (size_t)blockIdx.x * cols;
-    float v[V], weight1[V], weight2[V];
-    load_row<T>(w1, cols, weight1);
-    load_row<T>(w2, cols, weight2);
-    store_residual_after<T>(residual, x, weight1, out_residual, base, cols, residual_scale, eps, v);
-    const float inv_r = inv_rms(v, cols, eps);
-    // weight2 becomes y.
-#pragma unroll
-    for (int i = 0; i < V; ++i) weight2[i] = v[i] * inv_r * weight2[i];
-    if constexpr (ROUND_Y) round_row_to_e4m3<T>(weight2);
-    store_row(out_y + base, cols, weight2);
+    float y[V];
+    dual_norm_y<T, V>(residual, x, w1, w2, out_residual, cols, residual_scale, eps, y);
+    if constexpr (ROUND_Y) round_row_to_e4m3<T>(y);
+    store_row(out_y + (size_t)blockIdx.x * cols, cols, y);
 }
 
 // dual_rms_norm_plus_res for rows 4,097–6,144 wide (31B's 5,376), `_wide_lean`: 16 values a
@@ -250,22 +280,31 @@ __device__ __forceinline__ void with_weight_runs(const T* w, int cols, RowThread
     }
 }
 
+// Leaves y, unrounded, in `y` (16 values a thread) and stores residual'.
 template <typename T>
-__device__ void dual_rms_norm_plus_res_lean(const T* residual, const T* x, const T* w1, const T* w2,
-                                            T* out_residual, T* out_y, int cols, float residual_scale, float eps) {
+__device__ __forceinline__ void dual_norm_y_lean(const T* residual, const T* x, const T* w1, const T* w2,
+                                                 T* out_residual, int cols, float residual_scale, float eps,
+                                                 float (&y)[16]) {
     constexpr int V = 16;
     const RowThreads t = block_threads();
     const size_t base = (size_t)blockIdx.x * cols;
-    float v[V], res[V];
-    const float inv_x = load_tail_inputs(x, residual, base, cols, eps, v, res);
+    float res[V];
+    const float inv_x = load_tail_inputs(x, residual, base, cols, eps, y, res);
     const float scale = g4_round<T>(residual_scale);
     with_weight_runs<T, V>(w1, cols, t, [&](int i, int j, float w) {
-        v[i] = j < cols ? residual_after<T>(res[i], v[i], inv_x, w, scale) : 0.0f;
+        y[i] = j < cols ? residual_after<T>(res[i], y[i], inv_x, w, scale) : 0.0f;
     });
-    store_row(out_residual + base, cols, v);
-    const float inv_r = inv_rms(v, cols, eps);
-    with_weight_runs<T, V>(w2, cols, t, [&](int i, int, float w) { v[i] = v[i] * inv_r * w; });
-    store_row(out_y + base, cols, v);
+    store_row(out_residual + base, cols, y);
+    const float inv_r = inv_rms(y, cols, eps);
+    with_weight_runs<T, V>(w2, cols, t, [&](int i, int, float w) { y[i] = y[i] * inv_r * w; });
+}
+
+template <typename T>
+__device__ void dual_rms_norm_plus_res_lean(const T* residual, const T* x, const T* w1, const T* w2,
+                                            T* out_residual, T* out_y, int cols, float residual_scale, float eps) {
+    float y[16];
+    dual_norm_y_lean<T>(residual, x, w1, w2, out_residual, cols, residual_scale, eps, y);
+    store_row(out_y + (size_t)blockIdx.x * cols, cols, y);
 }
 
 // qkv_norm_rope (src/kernels/qkv_norm_rope.rs): one warp per (token s, output head) of a layer's
@@ -571,3 +610,34 @@ G4_FOR_FLOAT_TYPES(G4_NORMS)
         dual_rms_norm_plus_res<T, 8, true>(residual, x, w1, w2, out_residual, out_y, cols, residual_scale, eps); \
     }
 G4_FOR_FLOAT_TYPES(G4_DUAL_NORM_E4M3)
+
+// dual_rms_norm_plus_res_f16: y in f16 on a power-of-two scale a row (store_row_f16_scaled), the
+// input of an FP8 checkpoint's q/k/v or gate/up GEMM on Hopper; bf16 only. Prefill's rows: up to
+// 4,096 wide in V = 8 over up to 512 threads, or 4,097–6,144 wide (31B's 5,376) as `_wide_lean`.
+template <typename T, bool LEAN>
+__device__ void dual_rms_norm_plus_res_f16(const T* residual, const T* x, const T* w1, const T* w2, T* out_residual,
+                                           g4_f16* out_y, float* row_scale, int cols, float residual_scale,
+                                           float eps) {
+    float y[LEAN ? 16 : 8];
+    if constexpr (LEAN)
+        dual_norm_y_lean<T>(residual, x, w1, w2, out_residual, cols, residual_scale, eps, y);
+    else
+        dual_norm_y<T, 8>(residual, x, w1, w2, out_residual, cols, residual_scale, eps, y);
+    store_row_f16_scaled<T>(out_y, row_scale, cols, y);
+}
+extern "C" __global__ void __launch_bounds__(G4_NORM_MAX_THREADS)
+    g4_dual_rms_norm_plus_res_f16_bf16(const g4_bf16* residual, const g4_bf16* x, const g4_bf16* w1,
+                                       const g4_bf16* w2, g4_bf16* out_residual, g4_f16* out_y, float* row_scale,
+                                       int cols, float residual_scale, float eps) {
+    G4_LET_DEPENDENTS_LAUNCH();
+    dual_rms_norm_plus_res_f16<g4_bf16, false>(residual, x, w1, w2, out_residual, out_y, row_scale, cols,
+                                               residual_scale, eps);
+}
+extern "C" __global__ void __launch_bounds__(G4_LEAN_NORM_MAX_THREADS, 3)
+    g4_dual_rms_norm_plus_res_f16_wide_lean_bf16(const g4_bf16* residual, const g4_bf16* x, const g4_bf16* w1,
+                                                 const g4_bf16* w2, g4_bf16* out_residual, g4_f16* out_y,
+                                                 float* row_scale, int cols, float residual_scale, float eps) {
+    G4_LET_DEPENDENTS_LAUNCH();
+    dual_rms_norm_plus_res_f16<g4_bf16, true>(residual, x, w1, w2, out_residual, out_y, row_scale, cols,
+                                              residual_scale, eps);
+}

@@ -1,5 +1,6 @@
-// The Hopper GEMM for prefill's many rows of bf16 X: Y[m, n] = X[m, k] · Wᵀ, W e4m3 with one
-// f32 scale per row or bf16, on the bf16 tensor cores, as a warp-specialised pipeline:
+// The Hopper GEMM for prefill's many rows of bf16 X (or f16 X, each row on a power-of-two
+// scale): Y[m, n] = X[m, k] · Wᵀ, W e4m3 with one f32 scale per row or bf16, on the bf16 (f16)
+// tensor cores, as a warp-specialised pipeline:
 //   - one producer warp issues TMA copies (X and W tiles, swizzled by the copy engine) into a
 //     ring of STAGES stages, each stage guarded by a "full" and an "empty" mbarrier;
 //   - two consumer warpgroups, 64 weight rows each, wait on "full", run their wgmmas, and free
@@ -260,8 +261,9 @@ __device__ __forceinline__ uint32_t widen_to_bf16(uint16_t pair) {
 
 // e4m3 weights, one f32 scale a row: a W tile is 128 rows of 64 bytes in TMA's 64-byte swizzle
 // (16-byte chunk c of row r at c ^ (r / 2 % 4)); A comes from registers, widened to bf16 for bf16
-// X, or (F16) to f16 for X in f16 — one instruction a pair instead of four. Only kernel-bench
-// instantiates the f16 kind so far (3–12 % shorter GEMMs, H100, stop 67); g4 has no f16 X yet.
+// X, or (F16) to f16 for X in f16 — one instruction a pair instead of four (3–12 % shorter
+// GEMMs, H100, stop 67). g4's f16 X are the rows the norms before q/k/v and gate/up write on a
+// power-of-two scale a row (dual_rms_norm_plus_res_f16).
 template <bool F16>
 struct E4m3Tiles {
     typedef uint8_t Stored;
@@ -538,9 +540,10 @@ __device__ __forceinline__ void gemm_block(const CUtensorMap* x_map, const CUten
 // gemm_block over every output of the grid's GEMM.
 template <typename W, int BN, int STAGES, bool GEGLU = false>
 __device__ __forceinline__ void gemm_all(const CUtensorMap* x_map, const CUtensorMap* w_map, const float* scale,
-                                         g4_bf16* y, float* partial, int m, int n, int k, int slices) {
+                                         g4_bf16* y, float* partial, int m, int n, int k, int slices,
+                                         const float* x_scale = nullptr) {
     gemm_block<W, BN, STAGES, GEGLU>(x_map, w_map, scale, y, partial, m, n, k, slices, blockIdx.x, 0,
-                                     GEGLU ? n / 2 : n);
+                                     GEGLU ? n / 2 : n, x_scale);
 }
 
 // Stages of the two tile shapes: 128 weight rows by 128 X rows, or by 256 ("wide").

@@ -190,6 +190,7 @@ pub fn tensor_map(
     let (outer, inner) = t.dims2()?;
     let data_type = match t.dtype() {
         DType::BF16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::F16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::F8E4M3 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
         other => candle_core::bail!("no TMA descriptor for {other:?} matrices"),
     };

@@ -316,7 +316,7 @@ pub enum Swizzle {
     Bytes128,
 }
 
-/// The TMA descriptor of the contiguous matrix `t` (`[outer, inner]`, bf16 or e4m3) copied in
+/// The TMA descriptor of the contiguous matrix `t` (`[outer, inner]`, bf16, f16 or e4m3) copied in
 /// boxes of `box_outer` rows of `box_inner` elements, with `swizzle`; rows past the matrix's
 /// edge read as zeros.
 pub fn tensor_map(
@@ -984,11 +984,11 @@ mod tests {
                     .split(['<', '('])
                     .next()
                     .unwrap();
-                // The norms wait two calls down (`dual_rms_norm_plus_res` →
-                // `store_residual_after` → `load_tail_inputs`).
+                // The norms wait up to three calls down (`dual_rms_norm_plus_res` →
+                // `dual_norm_y` → `store_residual_after` → `load_tail_inputs`).
                 let loads_weights_first = first == "G4_LET_DEPENDENTS_LAUNCH()"
                     && device_function_body(&sources, callee)
-                        .is_some_and(|callee| waits(&sources, callee, 2));
+                        .is_some_and(|callee| waits(&sources, callee, 3));
                 assert!(
                     first == "G4_KERNEL_START()" || loads_weights_first,
                     "{}: a kernel starts with `{first}` and calls `{callee}`",
