@@ -121,6 +121,7 @@ pub const CONTRACT: OpContract = OpContract {
         ..OpSpec::floats(ToleranceClass::RoundsOnce)
             .native(GPU_BF16)
             .shape_paths(SHAPE_PATHS)
+            .not_used_yet(super::matmul_bt_fp8_channel_f16_rows::NOT_USED_YET)
     },
     cases,
     run,

@@ -38,6 +38,14 @@ pub fn matmul_bt_fp8_channel_f16_rows(
     matmul_bt_fp8_channel_f16_rows_on(arm, x, weight, scale, epilogue, dtype)
 }
 
+/// Whether the model writes f16 rows for this op (`G4_F16_ROWS=1`), read once: off by default
+/// until a GPU has checked the op against f64 and measured it against bf16 rows
+/// (docs/device-calls/s68c1.sh; stop 68 had no GPU).
+pub fn model_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("G4_F16_ROWS").as_deref() == Ok("1"))
+}
+
 /// Whether the native arm runs the Hopper GEMM's f16 entries on `m` rows against `weight` for
 /// results in `dtype`: where it does not, f16 rows would only cost their unscaling.
 pub fn runs_natively(m: usize, weight: &Tensor, epilogue: Epilogue, dtype: DType) -> bool {
@@ -108,6 +116,9 @@ fn native_fwd(
     }
 }
 
+/// Why the model does not call this op, nor `dual_rms_norm_plus_res_f16`, by default.
+pub const NOT_USED_YET: &str = "FP8 prefill's q/k/v and gate/up on Hopper, with G4_F16_ROWS=1 until a GPU has checked and measured it";
+
 /// The op's contract (`contract.rs`): each case runs both epilogues on one packed weight,
 /// checked against `reference` (the projection, then the GeGLU product of its halves).
 pub const CONTRACT: OpContract = OpContract {
@@ -116,6 +127,7 @@ pub const CONTRACT: OpContract = OpContract {
         ..OpSpec::floats(ToleranceClass::RoundsIntermediate)
             .native(CUDA_HOPPER_BF16)
             .shape_paths(SHAPE_PATHS)
+            .not_used_yet(NOT_USED_YET)
     },
     cases,
     run,

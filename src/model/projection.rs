@@ -97,12 +97,15 @@ impl Projection {
     }
 
     /// Whether `rows` rows of input in `dtype` go through the Hopper GEMM's f16 entries with
-    /// `epilogue` (an FP8 projection's prefill rows in bf16 on compute capability 9.0): then
-    /// the norm before it writes them as `F16Rows` (`dual_rms_norm_plus_res_f16`).
+    /// `epilogue` (an FP8 projection's prefill rows in bf16 on compute capability 9.0, with
+    /// `G4_F16_ROWS=1`): then the norm before it writes them as `F16Rows`
+    /// (`dual_rms_norm_plus_res_f16`).
     pub fn takes_f16_rows(&self, rows: usize, dtype: DType, epilogue: Epilogue) -> bool {
         match self {
             Projection::Fp8 { weight, .. } => {
-                rows > GEMV_MAX_ROWS && f16_rows::runs_natively(rows, weight, epilogue, dtype)
+                rows > GEMV_MAX_ROWS
+                    && f16_rows::model_enabled()
+                    && f16_rows::runs_natively(rows, weight, epilogue, dtype)
             }
             _ => false,
         }
