@@ -11,7 +11,7 @@ use super::linear_gelu_mul::{self, Up, Weights};
 use super::native::{Backend, NativeKernel};
 use super::tma_gemm::{self, Epilogue, F16Rows, Rows};
 use super::{
-    arm_for, dequant_fp8_channel, gelu_and_mul, matmul_bt_fp8_channel, reference, Arm, Op,
+    arm_for, dequant_fp8_channel, gelu_and_mul, linear, matmul_bt_fp8_channel, reference, Arm, Op,
 };
 use candle_core::{DType, Device, Result, Tensor};
 use rand::rngs::StdRng;
@@ -92,19 +92,15 @@ fn native_fwd(
     epilogue: Epilogue,
     dtype: DType,
 ) -> Result<Tensor> {
-    let dims = x.rows.dims();
-    let (k, leading) = match dims.split_last() {
-        Some((&k, leading)) => (k, leading),
-        None => candle_core::bail!("f16 rows need a last dimension (K)"),
-    };
     if dtype == DType::BF16 {
+        let (rows, mut out_shape) = linear::rows_of(&x.rows, weight)?;
         let rows = F16Rows {
-            rows: x.rows.reshape(((), k))?,
+            rows,
             row_scale: x.row_scale.reshape(((), 1))?,
         };
         if let Some(y) = tma_gemm::gemm(Rows::F16(&rows), weight, scale, epilogue)? {
-            let outputs = y.dim(1)?;
-            return y.reshape([leading, &[outputs]].concat());
+            *out_shape.last_mut().expect("rows_of appends N") = y.dim(1)?;
+            return y.reshape(out_shape);
         }
     }
     let x = x.unscaled(dtype)?;
